@@ -1,0 +1,444 @@
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Index into [`Profile::frames`].
+pub type FrameId = u32;
+/// Index into the stack prefix tree ([`Profile::stack_parent`], [`Profile::stack_frame`]).
+pub type StackId = u32;
+/// Index into [`Profile::threads`].
+pub type ThreadId = u32;
+
+/// Where a frame comes from; decides how it is symbolized and how the diagnosis sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FrameKind {
+    Python,
+    Native,
+    Kernel,
+}
+
+/// One frame of a call stack, as the target sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    pub kind: FrameKind,
+    /// Function name (Python `co_name`, demangled native symbol, or `0x…` when unknown).
+    pub function: String,
+    /// Source file as the target sees it; empty when unknown.
+    pub file: String,
+    /// 1-based source line; 0 when unknown.
+    pub line: u32,
+    /// Shared object or executable for native frames; empty for Python frames.
+    pub module: String,
+}
+
+impl Frame {
+    pub fn python(function: impl Into<String>, file: impl Into<String>, line: u32) -> Frame {
+        Frame {
+            kind: FrameKind::Python,
+            function: function.into(),
+            file: file.into(),
+            line,
+            module: String::new(),
+        }
+    }
+
+    pub fn native(function: impl Into<String>, module: impl Into<String>) -> Frame {
+        Frame {
+            kind: FrameKind::Native,
+            function: function.into(),
+            file: String::new(),
+            line: 0,
+            module: module.into(),
+        }
+    }
+
+    /// `function (file:line)` with the file shortened to its last component, as profilers
+    /// print frames.
+    pub fn label(&self) -> String {
+        if self.file.is_empty() {
+            if self.module.is_empty() {
+                self.function.clone()
+            } else {
+                let base = self.module.rsplit('/').next().unwrap_or(&self.module);
+                format!("{} ({})", self.function, base)
+            }
+        } else {
+            let base = self.file.rsplit('/').next().unwrap_or(&self.file);
+            format!("{} ({}:{})", self.function, base, self.line)
+        }
+    }
+}
+
+/// What the sampled thread was doing at the sample, as bit flags so that states combine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ThreadState(pub u8);
+
+impl ThreadState {
+    /// On a CPU, or runnable (not blocked in a system call or waiting on a lock).
+    pub const ACTIVE: u8 = 1;
+    /// Holding the interpreter's global lock (Python).
+    pub const GIL: u8 = 2;
+
+    pub fn new(active: bool, gil: bool) -> ThreadState {
+        ThreadState((active as u8 * Self::ACTIVE) | (gil as u8 * Self::GIL))
+    }
+    pub fn active(self) -> bool {
+        self.0 & Self::ACTIVE != 0
+    }
+    pub fn gil(self) -> bool {
+        self.0 & Self::GIL != 0
+    }
+    pub fn name(self) -> &'static str {
+        match (self.active(), self.gil()) {
+            (true, true) => "running+gil",
+            (true, false) => "running",
+            (false, true) => "idle+gil",
+            (false, false) => "idle",
+        }
+    }
+}
+
+/// One observation of one thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Microseconds since the start of the recording.
+    pub time_us: u64,
+    pub thread: ThreadId,
+    /// Leaf of the stack in the prefix tree; `None` for a thread with no frames.
+    pub stack: Option<StackId>,
+    pub state: ThreadState,
+    /// In [`Meta::weight_unit`] units: one per sampling interval for time profiles.
+    pub weight: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadInfo {
+    pub pid: u32,
+    pub tid: u64,
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Language {
+    Python,
+    Native,
+}
+
+impl Language {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Native => "native",
+        }
+    }
+}
+
+/// Wall: every thread at every tick, running or waiting. Cpu: only threads on a CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    #[default]
+    Wall,
+    Cpu,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Wall => "wall",
+            Mode::Cpu => "cpu",
+        }
+    }
+    /// Whether a sample in this state carries weight in this mode.
+    pub fn counts(self, state: ThreadState) -> bool {
+        match self {
+            Mode::Wall => true,
+            Mode::Cpu => state.active(),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WeightUnit {
+    /// Each unit of weight is one sampling interval of this many microseconds (nominal).
+    Samples { interval_us: u64 },
+    Bytes,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Target {
+    /// The command onefix started, or `None` when it attached to a running process.
+    pub argv: Option<Vec<String>>,
+    pub pid: u32,
+    pub language: Option<Language>,
+    /// The target's working directory when recording began.
+    pub cwd: Option<String>,
+    /// Interpreter or runtime version, when known (e.g. "3.11.7").
+    pub runtime_version: Option<String>,
+}
+
+/// How the target ended, when onefix saw it end.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TargetExit {
+    Code(i32),
+    Signal(i32),
+    /// The target was still running when recording stopped (attach, duration, Ctrl-C).
+    StillRunning,
+    /// It ended but its status could not be read (not our child).
+    Unknown,
+}
+
+/// Counters of the sampling itself, so a report can say how trustworthy it is.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SamplingStats {
+    /// Ticks at which the sampler tried to read the target.
+    pub ticks: u64,
+    /// Reads that failed (torn reads of a running process, a thread exiting mid-read).
+    pub errors: u64,
+    /// Ticks that started late because the previous read overran its interval.
+    pub late: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    pub tool_version: String,
+    pub target: Target,
+    pub mode: Mode,
+    pub rate_hz: f64,
+    pub weight_unit: WeightUnit,
+    /// Milliseconds since the Unix epoch when recording began.
+    pub start_unix_ms: u64,
+    pub duration_s: f64,
+    /// Directories holding the user's own code; empty means "decide from the target".
+    pub user_code: Vec<String>,
+    pub exit: Option<TargetExit>,
+    pub stats: SamplingStats,
+    /// Native frames merged into Python stacks.
+    pub native: bool,
+}
+
+impl Default for Meta {
+    fn default() -> Meta {
+        Meta {
+            tool_version: String::new(),
+            target: Target::default(),
+            mode: Mode::Wall,
+            rate_hz: 100.0,
+            weight_unit: WeightUnit::Samples { interval_us: 10_000 },
+            start_unix_ms: 0,
+            duration_s: 0.0,
+            user_code: Vec::new(),
+            exit: None,
+            stats: SamplingStats::default(),
+            native: false,
+        }
+    }
+}
+
+/// A recording: everything a report or a diagnosis needs, and nothing about how it was taken.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    pub meta: Meta,
+    frames: Vec<Frame>,
+    frame_index: HashMap<Frame, FrameId>,
+    /// Stack prefix tree: entry `i` is the stack whose leaf is `stack_frame[i]` and whose
+    /// caller stack is `stack_parent[i]`.
+    stack_parent: Vec<Option<StackId>>,
+    stack_frame: Vec<FrameId>,
+    stack_index: HashMap<(Option<StackId>, FrameId), StackId>,
+    threads: Vec<ThreadInfo>,
+    thread_index: HashMap<(u32, u64), ThreadId>,
+    pub samples: Vec<Sample>,
+}
+
+impl Profile {
+    pub fn new(meta: Meta) -> Profile {
+        Profile {
+            meta,
+            ..Profile::default()
+        }
+    }
+
+    pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
+        if let Some(&id) = self.frame_index.get(&frame) {
+            return id;
+        }
+        let id = self.frames.len() as FrameId;
+        self.frames.push(frame.clone());
+        self.frame_index.insert(frame, id);
+        id
+    }
+
+    /// Interns a stack given root first and returns its leaf, or `None` for an empty stack.
+    pub fn intern_stack<I: IntoIterator<Item = FrameId>>(&mut self, root_first: I) -> Option<StackId> {
+        let mut parent = None;
+        for frame in root_first {
+            parent = Some(self.intern_stack_node(parent, frame));
+        }
+        parent
+    }
+
+    pub fn intern_stack_node(&mut self, parent: Option<StackId>, frame: FrameId) -> StackId {
+        if let Some(&id) = self.stack_index.get(&(parent, frame)) {
+            return id;
+        }
+        let id = self.stack_frame.len() as StackId;
+        self.stack_parent.push(parent);
+        self.stack_frame.push(frame);
+        self.stack_index.insert((parent, frame), id);
+        id
+    }
+
+    /// Finds or adds a thread; a name seen later fills in a missing one.
+    pub fn intern_thread(&mut self, pid: u32, tid: u64, name: Option<&str>) -> ThreadId {
+        if let Some(&id) = self.thread_index.get(&(pid, tid)) {
+            let info = &mut self.threads[id as usize];
+            if info.name.is_none() {
+                info.name = name.map(str::to_owned);
+            }
+            return id;
+        }
+        let id = self.threads.len() as ThreadId;
+        self.threads.push(ThreadInfo {
+            pid,
+            tid,
+            name: name.map(str::to_owned),
+        });
+        self.thread_index.insert((pid, tid), id);
+        id
+    }
+
+    pub fn frames(&self) -> &[Frame] {
+        &self.frames
+    }
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id as usize]
+    }
+    pub fn threads(&self) -> &[ThreadInfo] {
+        &self.threads
+    }
+    pub fn thread(&self, id: ThreadId) -> &ThreadInfo {
+        &self.threads[id as usize]
+    }
+    pub fn stack_count(&self) -> usize {
+        self.stack_frame.len()
+    }
+    pub fn stack_frame(&self, stack: StackId) -> FrameId {
+        self.stack_frame[stack as usize]
+    }
+    pub fn stack_parent(&self, stack: StackId) -> Option<StackId> {
+        self.stack_parent[stack as usize]
+    }
+
+    /// Frames of a stack from the leaf (innermost) to the root.
+    pub fn stack_frames_leaf_first(&self, stack: Option<StackId>) -> StackWalk<'_> {
+        StackWalk {
+            profile: self,
+            next: stack,
+        }
+    }
+
+    /// Frames of a stack from the root to the leaf.
+    pub fn stack_frames_root_first(&self, stack: Option<StackId>) -> Vec<FrameId> {
+        let mut frames: Vec<FrameId> = self.stack_frames_leaf_first(stack).collect();
+        frames.reverse();
+        frames
+    }
+
+    /// Total weight of the samples that count in `mode`.
+    pub fn total_weight(&self, mode: Mode) -> u64 {
+        self.samples
+            .iter()
+            .filter(|s| mode.counts(s.state))
+            .map(|s| s.weight as u64)
+            .sum()
+    }
+
+    /// Seconds that one unit of weight stands for, for time profiles.
+    pub fn seconds_per_weight(&self) -> Option<f64> {
+        match self.meta.weight_unit {
+            WeightUnit::Samples { interval_us } => Some(interval_us as f64 / 1e6),
+            WeightUnit::Bytes => None,
+        }
+    }
+
+    /// Lengths of the tables, used by the recording writer to emit only what is new.
+    pub(crate) fn table_lens(&self) -> (usize, usize, usize) {
+        (self.frames.len(), self.stack_frame.len(), self.threads.len())
+    }
+    pub(crate) fn stacks_from(&self, start: usize) -> Vec<(Option<StackId>, FrameId)> {
+        self.stack_parent[start..]
+            .iter()
+            .copied()
+            .zip(self.stack_frame[start..].iter().copied())
+            .collect()
+    }
+    pub(crate) fn replace_thread_name(&mut self, id: ThreadId, name: Option<String>) {
+        if let Some(info) = self.threads.get_mut(id as usize) {
+            info.name = name;
+        }
+    }
+}
+
+pub struct StackWalk<'a> {
+    profile: &'a Profile,
+    next: Option<StackId>,
+}
+
+impl Iterator for StackWalk<'_> {
+    type Item = FrameId;
+    fn next(&mut self) -> Option<FrameId> {
+        let id = self.next?;
+        self.next = self.profile.stack_parent(id);
+        Some(self.profile.stack_frame(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stacks_share_prefixes_and_walk_both_ways() {
+        let mut p = Profile::new(Meta::default());
+        let a = p.intern_frame(Frame::python("main", "app.py", 1));
+        let b = p.intern_frame(Frame::python("work", "app.py", 5));
+        let c = p.intern_frame(Frame::python("idle", "app.py", 9));
+        let ab = p.intern_stack([a, b]);
+        let ac = p.intern_stack([a, c]);
+        assert_ne!(ab, ac);
+        assert_eq!(p.stack_count(), 3, "the root frame is shared");
+        assert_eq!(p.intern_stack([a, b]), ab);
+        assert_eq!(p.stack_frames_root_first(ab), vec![a, b]);
+        assert_eq!(p.stack_frames_leaf_first(ac).collect::<Vec<_>>(), vec![c, a]);
+        assert_eq!(p.intern_stack([]), None);
+    }
+
+    #[test]
+    fn thread_names_fill_in_once() {
+        let mut p = Profile::new(Meta::default());
+        let t = p.intern_thread(1, 7, None);
+        assert_eq!(p.intern_thread(1, 7, Some("worker")), t);
+        assert_eq!(p.thread(t).name.as_deref(), Some("worker"));
+        assert_eq!(p.intern_thread(1, 7, Some("other")), t);
+        assert_eq!(p.thread(t).name.as_deref(), Some("worker"));
+    }
+
+    #[test]
+    fn cpu_mode_counts_only_active_samples() {
+        let mut p = Profile::new(Meta::default());
+        let t = p.intern_thread(1, 1, None);
+        for active in [true, false, false] {
+            p.samples.push(Sample {
+                time_us: 0,
+                thread: t,
+                stack: None,
+                state: ThreadState::new(active, false),
+                weight: 2,
+            });
+        }
+        assert_eq!(p.total_weight(Mode::Wall), 6);
+        assert_eq!(p.total_weight(Mode::Cpu), 2);
+    }
+}
