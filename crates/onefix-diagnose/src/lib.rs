@@ -1,1 +1,17 @@
+//! Turns a [`onefix_model::Profile`] into findings: which line of the user's code costs, why,
+//! what to change, and how much it can gain.
+//!
+//! - [`origin`] decides whose code a frame is (the user's, a library's, the runtime's);
+//! - [`kb`] is the knowledge base of costly operations, loaded from `kb/*.toml`;
+//! - [`diagnose`] charges samples to the user's lines and explains the top ones.
 
+mod analysis;
+mod finding;
+pub mod kb;
+pub mod names;
+pub mod origin;
+
+pub use analysis::{diagnose, Options};
+pub use finding::{Diagnosis, Evidence, Finding, HotLine};
+pub use kb::KnowledgeBase;
+pub use origin::{Origin, UserCode};

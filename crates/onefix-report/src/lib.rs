@@ -1,1 +1,28 @@
+//! onefix's writers. Every one reads the same model (a [`Profile`](onefix_model::Profile), and
+//! for the findings reports a [`Diagnosis`](onefix_diagnose::Diagnosis)) and writes to any
+//! [`std::io::Write`]; none opens files, so the command line decides where output goes and tests
+//! compare exact bytes.
+//!
+//! | writer | format |
+//! |---|---|
+//! | [`write_folded`] | collapsed stacks (`root;…;leaf count`), as flamegraph.pl and inferno read |
+//! | [`write_flamegraph`] | flame graph SVG, drawn by inferno with deterministic colours |
+//! | [`write_speedscope`] | speedscope's JSON file format, one sampled profile per thread |
+//! | [`write_json`] | the findings report, the JSON contract of DESIGN.md §3 |
+//! | [`write_terminal`] | the human summary: findings first, then the hot lines |
+//!
+//! The stack writers take a [`Mode`](onefix_model::Mode) deciding which samples count, so one
+//! wall-mode recording can also be drawn as CPU time.
 
+mod describe;
+mod flamegraph;
+mod folded;
+mod json;
+mod speedscope;
+mod terminal;
+
+pub use flamegraph::{write_flamegraph, FlamegraphOptions};
+pub use folded::{escape_label, write_folded, FoldedOptions};
+pub use json::{write_json, JsonOptions};
+pub use speedscope::write_speedscope;
+pub use terminal::{write_terminal, TerminalOptions};

@@ -1,1 +1,29 @@
-fn main(){}
+//! onefix: names the one line that makes a program slow, says why, and proposes the fix.
+
+mod cli;
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Record(args) => cmd::record::run(args),
+        cli::Command::Report(args) => cmd::report::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // One sentence: the outermost message, then its causes on the same line.
+            let mut msg = e.to_string();
+            for cause in e.chain().skip(1) {
+                msg.push_str(": ");
+                msg.push_str(&cause.to_string());
+            }
+            eprintln!("onefix: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}

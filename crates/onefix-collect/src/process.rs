@@ -1,0 +1,113 @@
+//! What /proc says about a process: alive or gone, its executable, its descendants.
+//!
+//! onefix never reaps a child while it is sampling it (a ptrace-stop could be stolen by
+//! `waitpid`), so a child that exited is a zombie until sampling stops: "gone" covers both.
+
+use std::fs;
+
+/// Process state letter from /proc/PID/stat, or `None` when the process no longer exists.
+pub fn state(pid: u32) -> Option<char> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself contain ") ": split at the last one.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.trim_start().chars().next()
+}
+
+/// True while the process exists and has not exited (a zombie has exited).
+pub fn is_running(pid: u32) -> bool {
+    matches!(state(pid), Some(s) if s != 'Z' && s != 'X')
+}
+
+pub fn exists(pid: u32) -> bool {
+    state(pid).is_some()
+}
+
+/// Parent pid, from /proc/PID/stat.
+pub fn parent(pid: u32) -> Option<u32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The executable's path, or the command name when the link cannot be read.
+pub fn exe(pid: u32) -> String {
+    fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.display().to_string())
+        .or_else(|_| fs::read_to_string(format!("/proc/{pid}/comm")).map(|s| s.trim().to_owned()))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+pub fn cwd(pid: u32) -> Option<String> {
+    fs::read_link(format!("/proc/{pid}/cwd"))
+        .ok()
+        .map(|p| p.display().to_string())
+}
+
+pub fn cmdline(pid: u32) -> Option<Vec<String>> {
+    let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    Some(
+        raw.split(|&b| b == 0)
+            .filter(|part| !part.is_empty())
+            .map(|part| String::from_utf8_lossy(part).into_owned())
+            .collect(),
+    )
+}
+
+/// Whether the process looks like a CPython interpreter: its executable or a mapped library
+/// is named python/libpython.
+pub fn looks_like_python(pid: u32) -> bool {
+    let exe_name = exe(pid);
+    let base = exe_name.rsplit('/').next().unwrap_or("");
+    if base.starts_with("python") || base.starts_with("pypy") {
+        return true;
+    }
+    fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|maps| maps.lines().any(|l| l.contains("/libpython")))
+        .unwrap_or(false)
+}
+
+/// Every live descendant of `root` (children, grandchildren, ...), found by one pass over /proc.
+pub fn descendants(root: u32) -> Vec<u32> {
+    let mut parents: Vec<(u32, u32)> = Vec::new();
+    if let Ok(entries) = fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            if let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+                if let Some(ppid) = parent(pid) {
+                    parents.push((pid, ppid));
+                }
+            }
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parents.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found.retain(|&p| is_running(p));
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sees_itself_and_not_a_missing_pid() {
+        let me = std::process::id();
+        assert!(is_running(me));
+        assert!(cwd(me).is_some());
+        assert!(!exists(u32::MAX - 1));
+    }
+
+    #[test]
+    fn finds_a_child_among_descendants() {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let found = descendants(std::process::id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(found.contains(&child.id()), "{found:?}");
+    }
+}

@@ -1,0 +1,210 @@
+//! CPython sampling from outside the process, through py-spy used as a library.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use onefix_model::{Frame, FrameKind, Profile, Sample, ThreadState};
+use py_spy::config::LockingStrategy;
+use py_spy::{Config, PythonSpy, StackTrace};
+
+use crate::{process, CollectError, Sampler, Tick};
+
+#[derive(Clone, Debug)]
+pub struct PythonOptions {
+    /// Merge native (C extension) frames into the Python stacks. Needs the target stopped while
+    /// its native stack is unwound (py-spy's lock mode), so it costs the target more.
+    pub native: bool,
+    /// Keep only the thread holding the GIL.
+    pub gil_only: bool,
+    /// Also sample every Python descendant process (workers, pools).
+    pub subprocesses: bool,
+}
+
+/// Samples one Python process, or a tree of them.
+pub struct PythonSampler {
+    root: u32,
+    opts: PythonOptions,
+    config: Config,
+    spies: Vec<Spy>,
+    /// Descendants that were tried and are not (yet) readable Python, with the attempt count.
+    tried: HashMap<u32, u32>,
+    last_scan: Instant,
+    /// Interpreter version of the first process attached, e.g. "3.11.7".
+    pub version: String,
+}
+
+struct Spy {
+    pid: u32,
+    spy: PythonSpy,
+    gone: bool,
+}
+
+const SCAN_EVERY: Duration = Duration::from_millis(250);
+const MAX_CHILD_ATTEMPTS: u32 = 8;
+
+impl PythonSampler {
+    /// Attaches to `pid`, retrying for up to `patience` while a just-started interpreter
+    /// initialises.
+    pub fn attach(pid: u32, opts: PythonOptions, patience: Duration) -> Result<PythonSampler, CollectError> {
+        if !process::exists(pid) {
+            return Err(CollectError::NoSuchProcess(pid));
+        }
+        let mut config = Config {
+            blocking: if opts.native { LockingStrategy::Lock } else { LockingStrategy::NonBlocking },
+            native: opts.native,
+            gil_only: opts.gil_only,
+            include_idle: true,
+            collect_thread_names: true,
+            subprocesses: opts.subprocesses,
+            ..Config::default()
+        };
+        config.pid = Some(pid as py_spy::Pid);
+
+        let deadline = Instant::now() + patience;
+        let mut sampler = PythonSampler {
+            root: pid,
+            opts,
+            config,
+            spies: Vec::new(),
+            tried: HashMap::new(),
+            last_scan: Instant::now(),
+            version: String::new(),
+        };
+        let mut last_error: Option<anyhow::Error>;
+        loop {
+            match sampler.open(pid) {
+                Ok(spy) => {
+                    sampler.version = spy.version.to_string();
+                    sampler.spies.push(Spy { pid, spy, gone: false });
+                    return Ok(sampler);
+                }
+                Err(e) if permission_denied(&e) => return Err(CollectError::PermissionDenied { pid }),
+                Err(e) => last_error = Some(e),
+            }
+            if !process::is_running(pid) {
+                return Err(CollectError::ExitedEarly { status: None });
+            }
+            if sampler.opts.subprocesses {
+                sampler.scan_descendants();
+                if let Some(first) = sampler.spies.first() {
+                    sampler.version = first.spy.version.to_string();
+                    return Ok(sampler);
+                }
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let detail = last_error.map(|e| format!("{e:#}")).unwrap_or_default();
+        if detail.contains("Unsupported version") {
+            return Err(CollectError::UnsupportedPython { pid, detail });
+        }
+        if !process::looks_like_python(pid) {
+            return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
+        }
+        Err(CollectError::Unreadable { pid, detail })
+    }
+
+    fn open(&self, pid: u32) -> anyhow::Result<PythonSpy> {
+        let mut spy = PythonSpy::new(pid as py_spy::Pid, &self.config)?;
+        // A spy that cannot read one stack yet is not ready (interpreter still starting).
+        spy.get_stack_traces()?;
+        Ok(spy)
+    }
+
+    fn scan_descendants(&mut self) {
+        self.last_scan = Instant::now();
+        for pid in process::descendants(self.root) {
+            if self.spies.iter().any(|s| s.pid == pid) {
+                continue;
+            }
+            let attempts = self.tried.entry(pid).or_insert(0);
+            if *attempts >= MAX_CHILD_ATTEMPTS {
+                continue;
+            }
+            *attempts += 1;
+            if !process::looks_like_python(pid) {
+                continue;
+            }
+            if let Ok(spy) = self.open(pid) {
+                self.spies.push(Spy { pid, spy, gone: false });
+            }
+        }
+    }
+}
+
+fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64) {
+    let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
+    let thread = profile.intern_thread(trace.pid as u32, tid, trace.thread_name.as_deref());
+    let mut stack = None;
+    // py-spy lists frames innermost first; the prefix tree is built from the root.
+    for f in trace.frames.iter().rev() {
+        let frame = profile.intern_frame(convert_frame(f));
+        stack = Some(profile.intern_stack_node(stack, frame));
+    }
+    profile.samples.push(Sample {
+        time_us,
+        thread,
+        stack,
+        state: ThreadState::new(trace.active, trace.owns_gil),
+        weight: 1,
+    });
+}
+
+fn convert_frame(f: &py_spy::Frame) -> Frame {
+    match &f.module {
+        None => Frame::python(f.name.clone(), f.filename.clone(), f.line.max(0) as u32),
+        Some(module) => Frame {
+            kind: FrameKind::Native,
+            function: f.name.clone(),
+            // py-spy puts the module in `filename` when it has no source file.
+            file: if f.filename == *module || f.filename == "?" { String::new() } else { f.filename.clone() },
+            line: f.line.max(0) as u32,
+            module: module.clone(),
+        },
+    }
+}
+
+impl Sampler for PythonSampler {
+    fn tick(&mut self, profile: &mut Profile, time_us: u64) -> Tick {
+        if self.opts.subprocesses && self.last_scan.elapsed() >= SCAN_EVERY {
+            self.scan_descendants();
+        }
+        let mut added = 0;
+        let mut failed = false;
+        for spy in self.spies.iter_mut().filter(|s| !s.gone) {
+            match spy.spy.get_stack_traces() {
+                Ok(traces) => {
+                    for trace in &traces {
+                        add_trace(profile, trace, time_us);
+                    }
+                    added += traces.len();
+                }
+                Err(_) if !process::is_running(spy.pid) => spy.gone = true,
+                Err(_) => failed = true,
+            }
+        }
+        let all_gone = self.spies.iter().all(|s| s.gone);
+        if all_gone && !(self.opts.subprocesses && process::is_running(self.root)) {
+            return Tick::TargetGone;
+        }
+        if failed && added == 0 {
+            Tick::Failed
+        } else {
+            Tick::Sampled(added)
+        }
+    }
+}
+
+fn permission_denied(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            io.kind() == std::io::ErrorKind::PermissionDenied
+        } else if let Some(remoteprocess::Error::IOError(io)) = cause.downcast_ref::<remoteprocess::Error>() {
+            io.kind() == std::io::ErrorKind::PermissionDenied
+        } else {
+            false
+        }
+    })
+}

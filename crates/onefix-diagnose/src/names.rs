@@ -1,0 +1,177 @@
+//! Qualified frame names and source lines: what the knowledge base matches against.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use onefix_model::{Frame, FrameKind};
+
+use crate::origin::python_lib_root;
+
+/// `ssl.create_default_context`, `httpx._client.__init__`, `app.fetch` for Python frames (module
+/// from the file path, then the function); the function name as it is for native frames.
+pub fn qualified_name(frame: &Frame) -> String {
+    if frame.kind != FrameKind::Python {
+        return frame.function.clone();
+    }
+    format!("{}.{}", python_module(&frame.file), frame.function)
+}
+
+/// The dotted module a Python file is imported as, from its path.
+pub fn python_module(file: &str) -> String {
+    if let Some(inner) = file.strip_prefix("<frozen ").and_then(|s| s.strip_suffix('>')) {
+        return inner.to_owned();
+    }
+    let rel = ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|m| file.find(m).map(|i| &file[i + m.len()..]))
+        .or_else(|| python_lib_root(file).map(|i| &file[i..]))
+        .unwrap_or_else(|| file.rsplit('/').next().unwrap_or(file));
+    let rel = rel.strip_suffix(".py").unwrap_or(rel);
+    let rel = rel.strip_suffix("/__init__").unwrap_or(rel);
+    rel.replace('/', ".")
+}
+
+/// Names called on a line of source: `ctx.load_verify_locations(cafile)` gives
+/// `ctx.load_verify_locations` and `load_verify_locations`.
+pub fn called_names(code: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_' || bytes[i] == b'.') {
+                i += 1;
+            }
+            let mut j = i;
+            while j < bytes.len() && bytes[j] == b' ' {
+                j += 1;
+            }
+            if j < bytes.len() && bytes[j] == b'(' {
+                let dotted = code[start..i].trim_end_matches('.');
+                let last = dotted.rsplit('.').next().unwrap_or(dotted);
+                names.push(dotted.to_owned());
+                if last != dotted {
+                    names.push(last.to_owned());
+                }
+            }
+        } else if c == b'#' {
+            break;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+/// Reads source files once and answers questions about their lines.
+#[derive(Default)]
+pub struct SourceCache {
+    files: HashMap<PathBuf, Option<Vec<String>>>,
+}
+
+impl SourceCache {
+    pub fn lines(&mut self, path: &Path) -> Option<&[String]> {
+        self.files
+            .entry(path.to_path_buf())
+            .or_insert_with(|| {
+                let bytes = std::fs::read(path).ok()?;
+                // A source file is never this large; refuse rather than hold a data file.
+                if bytes.len() > 16 << 20 {
+                    return None;
+                }
+                Some(String::from_utf8_lossy(&bytes).lines().map(str::to_owned).collect())
+            })
+            .as_deref()
+    }
+
+    /// The 1-based line, trimmed.
+    pub fn line(&mut self, path: &Path, line: u32) -> Option<String> {
+        let lines = self.lines(path)?;
+        lines.get((line as usize).checked_sub(1)?).map(|l| l.trim().to_owned())
+    }
+
+    /// The loop header (`for`, `while`, `async for`, and C/Rust/Go `for`/`while`/`loop`) that
+    /// encloses `line` within the same function, found by indentation, as a 1-based line.
+    pub fn enclosing_loop(&mut self, path: &Path, line: u32) -> Option<u32> {
+        let lines = self.lines(path)?;
+        let idx = (line as usize).checked_sub(1)?;
+        let mut indent = indentation(lines.get(idx)?);
+        for i in (0..idx).rev() {
+            let text = &lines[i];
+            let t = text.trim_start();
+            if t.is_empty() || t.starts_with('#') || t.starts_with("//") {
+                continue;
+            }
+            let ind = indentation(text);
+            if ind >= indent {
+                continue;
+            }
+            indent = ind;
+            let is_loop = ["for ", "while ", "async for ", "loop {", "for(", "while("]
+                .iter()
+                .any(|k| t.starts_with(k))
+                || t.contains(".forEach(");
+            if is_loop {
+                return Some(i as u32 + 1);
+            }
+            let is_function = ["def ", "async def ", "fn ", "pub fn ", "func ", "class "]
+                .iter()
+                .any(|k| t.starts_with(k));
+            if is_function || ind == 0 {
+                return None;
+            }
+        }
+        None
+    }
+}
+
+fn indentation(line: &str) -> usize {
+    line.chars()
+        .take_while(|c| c.is_whitespace())
+        .map(|c| if c == '\t' { 8 } else { 1 })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_modules_from_paths() {
+        assert_eq!(python_module("/usr/lib/python3.11/ssl.py"), "ssl");
+        assert_eq!(python_module("/x/lib/python3.11/site-packages/httpx/_client.py"), "httpx._client");
+        assert_eq!(python_module("/x/lib/python3.11/json/__init__.py"), "json");
+        assert_eq!(python_module("/x/lib/python3.11/concurrent/futures/thread.py"), "concurrent.futures.thread");
+        assert_eq!(python_module("<frozen importlib._bootstrap>"), "importlib._bootstrap");
+        assert_eq!(python_module("/srv/app/worker.py"), "worker");
+        assert_eq!(qualified_name(&Frame::python("create_default_context", "/usr/lib/python3.11/ssl.py", 770)), "ssl.create_default_context");
+    }
+
+    #[test]
+    fn names_called_on_a_line() {
+        assert_eq!(called_names("context.load_verify_locations(cafile=x)  # load(" ), vec!["context.load_verify_locations", "load_verify_locations"]);
+        assert_eq!(called_names("conn = sqlite3.connect(path)"), vec!["sqlite3.connect", "connect"]);
+        assert_eq!(called_names("x = a + b"), Vec::<String>::new());
+        assert_eq!(called_names("f (g(1))"), vec!["f", "g"]);
+    }
+
+    #[test]
+    fn finds_the_enclosing_loop_within_the_function() {
+        let dir = std::env::temp_dir().join(format!("onefix-src-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("app.py");
+        std::fs::write(
+            &path,
+            "def main(ids):\n    total = 0\n    for i in ids:\n        # comment\n        if i:\n            total += work(i)\n    return total\n\ndef work(i):\n    return i * 2\n",
+        )
+        .unwrap();
+        let mut src = SourceCache::default();
+        assert_eq!(src.enclosing_loop(&path, 6), Some(3));
+        assert_eq!(src.enclosing_loop(&path, 2), None);
+        assert_eq!(src.enclosing_loop(&path, 10), None);
+        assert_eq!(src.line(&path, 6).as_deref(), Some("total += work(i)"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

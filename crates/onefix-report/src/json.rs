@@ -1,0 +1,223 @@
+//! The findings report as JSON: the contract of DESIGN.md §3, which outside checks rely on.
+//!
+//! Contract fields (their meaning must not change): `tool`, `version`, `target` {`argv`, `pid`,
+//! `language`}, `mode`, `duration_s`, `samples`, `findings` [{`rank`, `kind`, `file`, `line`,
+//! `function`, `code`, `share`, `max_speedup`, `title`, `advice`, `evidence` [{`frame`, `file`,
+//! `line`, `share`}]}].
+//!
+//! Added fields: per finding `why`, `recurrence`, `rule`, `enclosing_loop`; at the top `unit`,
+//! `rate_hz`, `share_of` (what every share is a fraction of), `total_weight`, `busy_weight` (the
+//! shares' denominator), `idle_share` (idle threads, as a fraction of `total_weight`),
+//! `outside_user_share` (busy weight outside user code, as a fraction of `busy_weight`),
+//! `hot_lines`, `notes`, `exit`, `complete` and `sampling`.
+//!
+//! Shares are rounded to 4 decimals, speed-ups to 2, durations to the millisecond.
+
+use std::io::{self, BufWriter, Write};
+
+use onefix_diagnose::{Diagnosis, Evidence, Finding, HotLine};
+use onefix_model::{Profile, TargetExit, WeightUnit};
+use serde::Serialize;
+
+use crate::describe::{self, round_to};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JsonOptions {
+    /// Whether the recording was read to its end; false for one cut short (profiler killed,
+    /// disk full), whose findings cover only what was recorded.
+    pub complete: bool,
+}
+
+impl Default for JsonOptions {
+    fn default() -> JsonOptions {
+        JsonOptions { complete: true }
+    }
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    tool: &'static str,
+    version: &'a str,
+    target: TargetJson<'a>,
+    mode: &'static str,
+    duration_s: f64,
+    samples: usize,
+    findings: Vec<FindingJson<'a>>,
+    unit: &'static str,
+    rate_hz: f64,
+    share_of: &'a str,
+    total_weight: u64,
+    busy_weight: u64,
+    idle_share: f64,
+    outside_user_share: f64,
+    hot_lines: Vec<HotLineJson<'a>>,
+    notes: &'a [String],
+    exit: Option<ExitJson>,
+    complete: bool,
+    sampling: SamplingJson,
+}
+
+#[derive(Serialize)]
+struct TargetJson<'a> {
+    argv: Option<&'a [String]>,
+    pid: u32,
+    language: Option<&'static str>,
+    runtime_version: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct FindingJson<'a> {
+    rank: usize,
+    kind: &'a str,
+    file: &'a str,
+    line: u32,
+    function: &'a str,
+    code: Option<&'a str>,
+    share: f64,
+    max_speedup: Option<f64>,
+    title: &'a str,
+    advice: &'a str,
+    evidence: Vec<EvidenceJson<'a>>,
+    why: &'a str,
+    recurrence: f64,
+    rule: &'a str,
+    enclosing_loop: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct EvidenceJson<'a> {
+    frame: &'a str,
+    file: &'a str,
+    line: u32,
+    share: f64,
+}
+
+#[derive(Serialize)]
+struct HotLineJson<'a> {
+    file: &'a str,
+    line: u32,
+    function: &'a str,
+    code: Option<&'a str>,
+    weight: u64,
+    share: f64,
+    self_share: f64,
+    blocked_share: f64,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+enum ExitJson {
+    Exited { code: i32 },
+    Killed { signal: i32 },
+    StillRunning,
+    Unknown,
+}
+
+#[derive(Serialize)]
+struct SamplingJson {
+    ticks: u64,
+    errors: u64,
+    late: u64,
+}
+
+/// Writes the findings report as one pretty-printed JSON object and a newline.
+pub fn write_json<W: Write>(w: W, profile: &Profile, diagnosis: &Diagnosis, opts: &JsonOptions) -> io::Result<()> {
+    let meta = &profile.meta;
+    let report = Report {
+        tool: "onefix",
+        version: describe::tool_version(meta),
+        target: TargetJson {
+            argv: meta.target.argv.as_deref(),
+            pid: meta.target.pid,
+            language: meta.target.language.map(|l| l.as_str()),
+            runtime_version: meta.target.runtime_version.as_deref(),
+        },
+        mode: meta.mode.as_str(),
+        duration_s: round_to(meta.duration_s, 3),
+        samples: profile.samples.len(),
+        findings: diagnosis.findings.iter().map(finding_json).collect(),
+        unit: match meta.weight_unit {
+            WeightUnit::Samples { .. } => "samples",
+            WeightUnit::Bytes => "bytes",
+        },
+        rate_hz: meta.rate_hz,
+        share_of: &diagnosis.share_of,
+        total_weight: diagnosis.total_weight,
+        busy_weight: diagnosis.busy_weight,
+        idle_share: share(fraction(diagnosis.idle_weight, diagnosis.total_weight)),
+        outside_user_share: share(fraction(diagnosis.outside_user_weight, diagnosis.busy_weight)),
+        hot_lines: diagnosis.hot_lines.iter().map(hot_line_json).collect(),
+        notes: &diagnosis.notes,
+        exit: meta.exit.as_ref().map(|exit| match *exit {
+            TargetExit::Code(code) => ExitJson::Exited { code },
+            TargetExit::Signal(signal) => ExitJson::Killed { signal },
+            TargetExit::StillRunning => ExitJson::StillRunning,
+            TargetExit::Unknown => ExitJson::Unknown,
+        }),
+        complete: opts.complete,
+        sampling: SamplingJson {
+            ticks: meta.stats.ticks,
+            errors: meta.stats.errors,
+            late: meta.stats.late,
+        },
+    };
+    let mut out = BufWriter::new(w);
+    serde_json::to_writer_pretty(&mut out, &report)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+fn finding_json(f: &Finding) -> FindingJson<'_> {
+    FindingJson {
+        rank: f.rank,
+        kind: &f.kind,
+        file: &f.file,
+        line: f.line,
+        function: &f.function,
+        code: f.code.as_deref(),
+        share: share(f.share),
+        // An infinite bound (a cost of 100%) is not a number JSON can carry: null, "not meaningful".
+        max_speedup: f.max_speedup.filter(|x| x.is_finite()).map(|x| round_to(x, 2)),
+        title: &f.title,
+        advice: &f.advice,
+        evidence: f.evidence.iter().map(evidence_json).collect(),
+        why: &f.why,
+        recurrence: share(f.recurrence),
+        rule: &f.rule,
+        enclosing_loop: f.enclosing_loop.as_deref(),
+    }
+}
+
+fn evidence_json(e: &Evidence) -> EvidenceJson<'_> {
+    EvidenceJson {
+        frame: &e.frame,
+        file: &e.file,
+        line: e.line,
+        share: share(e.share),
+    }
+}
+
+fn hot_line_json(h: &HotLine) -> HotLineJson<'_> {
+    HotLineJson {
+        file: &h.file,
+        line: h.line,
+        function: &h.function,
+        code: h.code.as_deref(),
+        weight: h.weight,
+        share: share(h.share),
+        self_share: share(h.self_share),
+        blocked_share: share(h.blocked_share),
+    }
+}
+
+fn share(value: f64) -> f64 {
+    round_to(value, 4)
+}
+
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}

@@ -1,0 +1,525 @@
+//! The human summary: what was recorded, then the findings (the line, its cost, what lies
+//! beneath it, the fix, the bound on the gain), then the hot lines, the notes and any doubt
+//! about the sampling. Every word about the target comes from the profile or the diagnosis.
+
+use std::io::{self, BufWriter, Write};
+
+use onefix_diagnose::{Diagnosis, Finding, HotLine};
+use onefix_model::{Mode, Profile, WeightUnit};
+
+use crate::describe::{self, display_path, percent, percent_tenths, thousands};
+
+/// Lines are wrapped to this many columns: wide enough for a source line beside its location,
+/// narrow enough for a split terminal.
+const WIDTH: usize = 100;
+/// Column at which a finding's share is right-aligned.
+const FINDING_SHARE_END: usize = 80;
+/// Indentation of the lines under a finding's headline.
+const INDENT: &str = "    ";
+/// How many evidence frames a finding names.
+const EVIDENCE_SHOWN: usize = 3;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TerminalOptions {
+    /// Add ANSI colours and bold.
+    pub color: bool,
+    /// Whether the recording was read to its end (see [`crate::JsonOptions::complete`]).
+    pub complete: bool,
+    pub max_findings: usize,
+    pub max_hot_lines: usize,
+}
+
+impl Default for TerminalOptions {
+    fn default() -> TerminalOptions {
+        TerminalOptions {
+            color: false,
+            complete: true,
+            max_findings: 3,
+            max_hot_lines: 10,
+        }
+    }
+}
+
+/// Writes the summary, about 40 lines for a typical run.
+pub fn write_terminal<W: Write>(
+    w: W,
+    profile: &Profile,
+    diagnosis: &Diagnosis,
+    opts: &TerminalOptions,
+) -> io::Result<()> {
+    let summary = Summary {
+        profile,
+        diagnosis,
+        opts,
+        style: Style { color: opts.color },
+        cwd: profile.meta.target.cwd.as_deref(),
+    };
+    let mut out = BufWriter::new(w);
+    for line in summary.lines() {
+        writeln!(out, "{line}")?;
+    }
+    out.flush()
+}
+
+struct Summary<'a> {
+    profile: &'a Profile,
+    diagnosis: &'a Diagnosis,
+    opts: &'a TerminalOptions,
+    style: Style,
+    cwd: Option<&'a str>,
+}
+
+impl Summary<'_> {
+    fn lines(&self) -> Vec<String> {
+        let mut lines = self.header();
+        lines.push(String::new());
+        lines.extend(self.findings());
+        lines.extend(self.hot_lines());
+        let notes: Vec<String> = self
+            .diagnosis
+            .notes
+            .iter()
+            .flat_map(|note| wrap(note, "note: ", "      "))
+            .chain(self.sampling_doubts())
+            .collect();
+        if !notes.is_empty() {
+            lines.push(String::new());
+            lines.extend(notes);
+        }
+        lines
+    }
+
+    fn time_profile(&self) -> bool {
+        matches!(self.profile.meta.weight_unit, WeightUnit::Samples { .. })
+    }
+
+    fn header(&self) -> Vec<String> {
+        let meta = &self.profile.meta;
+        let what = if self.time_profile() {
+            format!("{} mode, {}", meta.mode.as_str(), describe::hertz(meta.rate_hz))
+        } else {
+            format!("allocations, {}", describe::bytes(self.diagnosis.total_weight))
+        };
+        let mut target = match meta.target.argv {
+            Some(_) => format!(
+                "{} — pid {}",
+                describe::command_line(&meta.target),
+                meta.target.pid
+            ),
+            None => format!("pid {} (attached)", meta.target.pid),
+        };
+        if let Some(exit) = &meta.exit {
+            target.push_str(", ");
+            target.push_str(&describe::exit_clause(exit));
+        }
+        let first = format!(
+            "onefix: {} samples over {} ({what}) of {target}",
+            thousands(self.profile.samples.len() as u64),
+            describe::seconds(meta.duration_s),
+        );
+        let mut lines = vec![self.style.bold(&first)];
+
+        let mut context = Vec::new();
+        if !self.diagnosis.share_of.is_empty() {
+            context.push(format!("shares are of the {}", self.diagnosis.share_of));
+        }
+        if self.diagnosis.idle_weight > 0 && self.diagnosis.total_weight > 0 {
+            let idle = self.diagnosis.idle_weight as f64 / self.diagnosis.total_weight as f64;
+            context.push(format!(
+                "{} of {} was threads idle for want of work",
+                percent(idle),
+                self.time_name()
+            ));
+        }
+        if !context.is_empty() {
+            lines.extend(wrap(&context.join("; "), "", ""));
+        }
+        if !self.opts.complete {
+            lines.push(self.style.yellow(
+                "the recording ends early (the profiler stopped before writing its end): \
+                 this covers what was recorded",
+            ));
+        }
+        lines
+    }
+
+    /// `wall time`, `CPU time` or `bytes`: what the recording's weight measures.
+    fn time_name(&self) -> &'static str {
+        match (self.time_profile(), self.profile.meta.mode) {
+            (false, _) => "the bytes",
+            (true, Mode::Wall) => "wall time",
+            (true, Mode::Cpu) => "CPU time",
+        }
+    }
+
+    fn findings(&self) -> Vec<String> {
+        let findings = &self.diagnosis.findings;
+        if findings.is_empty() {
+            let mut lines = wrap(
+                &format!(
+                    "no findings: no line matched a known costly pattern; the hot lines below show where the {} went",
+                    self.diagnosis.share_of
+                ),
+                "",
+                "",
+            );
+            lines.push(String::new());
+            return lines;
+        }
+        let mut lines = Vec::new();
+        for finding in findings.iter().take(self.opts.max_findings) {
+            lines.extend(self.finding(finding));
+            lines.push(String::new());
+        }
+        let hidden = findings.len().saturating_sub(self.opts.max_findings);
+        if hidden > 0 {
+            let plural = if hidden == 1 { "" } else { "s" };
+            lines.push(format!("… and {hidden} more finding{plural}"));
+            lines.push(String::new());
+        }
+        lines
+    }
+
+    fn finding(&self, f: &Finding) -> Vec<String> {
+        let rank = format!("#{}", f.rank);
+        let location = one_line(&format!("{}:{}", display_path(&f.file, self.cwd), f.line));
+        let share = percent(f.share);
+        let lead = format!("{rank:<3} {location}  ");
+        let room = FINDING_SHARE_END.saturating_sub(lead.chars().count() + share.chars().count() + 2);
+        let what = truncate_end(&source_or_function(f.code.as_deref(), &f.function), room);
+        let pad = room.saturating_sub(what.chars().count()) + 2;
+        let mut lines = vec![format!(
+            "{}{}{}{}",
+            self.style.bold(&lead),
+            what,
+            " ".repeat(pad),
+            self.style.red(&share)
+        )];
+
+        lines.extend(wrap(&f.title, &format!("{INDENT}{}: ", self.style.yellow(&f.kind)), INDENT));
+        if !f.evidence.is_empty() {
+            let under: Vec<String> = f
+                .evidence
+                .iter()
+                .take(EVIDENCE_SHOWN)
+                .map(|e| format!("{} {}", e.frame, percent(e.share)))
+                .collect();
+            lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT));
+        }
+        let mut seen = format!("{INDENT}seen in {} of time windows: {}", percent(f.recurrence), recurrence_reading(f.recurrence));
+        if let Some(enclosing) = &f.enclosing_loop {
+            seen = format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing));
+        }
+        lines.push(seen);
+        lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT));
+        if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
+            let gain = if self.time_profile() { "faster" } else { "less memory" };
+            lines.push(format!("{INDENT}if this cost went away: up to {bound:.1}x {gain}"));
+        }
+        lines
+    }
+
+    /// A `file:line` from the diagnosis, with the file shortened like every other location.
+    fn display_location(&self, location: &str) -> String {
+        match location.rsplit_once(':') {
+            Some((file, line)) => one_line(&format!("{}:{line}", display_path(file, self.cwd))),
+            None => one_line(location),
+        }
+    }
+
+    fn hot_lines(&self) -> Vec<String> {
+        let all = &self.diagnosis.hot_lines;
+        if all.is_empty() {
+            return vec!["hot lines: no sample landed in user code".to_owned()];
+        }
+        let shown = &all[..all.len().min(self.opts.max_hot_lines)];
+        let blocked_column = self.time_profile() && self.profile.meta.mode == Mode::Wall;
+        let table = HotLineTable::new(shown, self.cwd, blocked_column);
+        let mut lines = vec![self.style.dim(&table.header())];
+        lines.extend(shown.iter().map(|h| table.row(h)));
+        let hidden = all.len() - shown.len();
+        if hidden > 0 {
+            lines.push(format!("  … and {hidden} more"));
+        }
+        lines
+    }
+
+    fn sampling_doubts(&self) -> Option<String> {
+        let stats = &self.profile.meta.stats;
+        if stats.errors == 0 && stats.late == 0 {
+            return None;
+        }
+        let mut parts = Vec::new();
+        if stats.errors > 0 {
+            let rate = if stats.ticks > 0 {
+                format!(" ({})", percent_tenths(stats.errors as f64 / stats.ticks as f64))
+            } else {
+                String::new()
+            };
+            parts.push(format!("{} of {} reads failed{rate}", thousands(stats.errors), thousands(stats.ticks)));
+        }
+        if stats.late > 0 {
+            let plural = if stats.late == 1 { "tick" } else { "ticks" };
+            parts.push(format!("{} {plural} started late", thousands(stats.late)));
+        }
+        Some(format!("sampling: {}", parts.join(", ")))
+    }
+}
+
+/// The hot-lines table: columns sized to their contents, the source column taking what the
+/// width leaves.
+struct HotLineTable<'a> {
+    cwd: Option<&'a str>,
+    location_width: usize,
+    function_width: usize,
+    code_width: usize,
+    blocked_column: bool,
+}
+
+const TABLE_TITLE: &str = "hot lines (user code)";
+const LOCATION_MAX: usize = 40;
+const FUNCTION_MAX: usize = 24;
+
+impl<'a> HotLineTable<'a> {
+    fn new(rows: &[HotLine], cwd: Option<&'a str>, blocked_column: bool) -> HotLineTable<'a> {
+        let location_width = rows
+            .iter()
+            .map(|h| location(h, cwd).chars().count())
+            .max()
+            .unwrap_or(0)
+            .min(LOCATION_MAX);
+        let function_width = rows
+            .iter()
+            .map(|h| one_line(&h.function).chars().count())
+            .max()
+            .unwrap_or(0)
+            .min(FUNCTION_MAX);
+        let numbers_width = if blocked_column { 25 } else { 16 };
+        let code_room = WIDTH.saturating_sub(2 + location_width + 2 + function_width + 2 + numbers_width);
+        let longest_code = rows.iter().map(|h| code(h).chars().count()).max().unwrap_or(0);
+        let mut table = HotLineTable {
+            cwd,
+            location_width,
+            function_width,
+            code_width: longest_code.min(code_room),
+            blocked_column,
+        };
+        // The title sits over the text columns: make them at least as wide as it.
+        let text_width = table.text_width();
+        if text_width < TABLE_TITLE.len() {
+            table.code_width += TABLE_TITLE.len() - text_width;
+        }
+        table
+    }
+
+    fn text_width(&self) -> usize {
+        2 + self.location_width + 2 + self.function_width + 2 + self.code_width
+    }
+
+    fn header(&self) -> String {
+        let mut header = format!("{TABLE_TITLE:<width$}  {:>6}  {:>6}", "share", "self", width = self.text_width());
+        if self.blocked_column {
+            header.push_str(&format!("  {:>7}", "blocked"));
+        }
+        header
+    }
+
+    fn row(&self, h: &HotLine) -> String {
+        let mut row = format!(
+            "  {:<lw$}  {:<fw$}  {:<cw$}  {:>6}  {:>6}",
+            truncate_start(&location(h, self.cwd), self.location_width),
+            truncate_end(&one_line(&h.function), self.function_width),
+            truncate_end(&code(h), self.code_width),
+            percent_tenths(h.share),
+            percent_tenths(h.self_share),
+            lw = self.location_width,
+            fw = self.function_width,
+            cw = self.code_width,
+        );
+        if self.blocked_column {
+            row.push_str(&format!("  {:>7}", percent_tenths(h.blocked_share)));
+        }
+        row.trim_end().to_owned()
+    }
+}
+
+fn location(h: &HotLine, cwd: Option<&str>) -> String {
+    one_line(&format!("{}:{}", display_path(&h.file, cwd), h.line))
+}
+
+fn code(h: &HotLine) -> String {
+    h.code.as_deref().map(one_line).unwrap_or_default()
+}
+
+fn source_or_function(code: Option<&str>, function: &str) -> String {
+    match code.map(one_line).filter(|c| !c.is_empty()) {
+        Some(code) => code,
+        None => format!("in {}()", one_line(function)),
+    }
+}
+
+/// Text from the target (names, source lines) made safe for a fixed layout: line breaks, tabs
+/// and runs of spaces become single spaces, so a column cannot be pushed or split.
+fn one_line(text: &str) -> String {
+    text.split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// What the share of time windows says about when the line ran.
+fn recurrence_reading(recurrence: f64) -> &'static str {
+    if recurrence >= 0.8 {
+        "recurring, not start-up"
+    } else if recurrence >= 0.3 {
+        "intermittent"
+    } else {
+        "concentrated in a few windows (start-up or a burst)"
+    }
+}
+
+/// Cuts `text` to `max` characters, marking the cut with `…`.
+fn truncate_end(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut cut: String = text.chars().take(max - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// Cuts `text` to `max` characters from the left, so a path keeps its file name and line.
+fn truncate_start(text: &str, max: usize) -> String {
+    let len = text.chars().count();
+    if len <= max {
+        return text.to_owned();
+    }
+    if max == 0 {
+        return String::new();
+    }
+    let mut cut = String::from("…");
+    cut.extend(text.chars().skip(len - (max - 1)));
+    cut
+}
+
+/// Greedy word wrap to [`WIDTH`]; `first` starts the first line, `rest` the others. Prefixes
+/// may hold colour codes, so their width is measured without them.
+fn wrap(text: &str, first: &str, rest: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = first.to_owned();
+    let mut width = visible_width(first);
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        let word_width = word.chars().count();
+        if !empty && width + 1 + word_width > WIDTH {
+            lines.push(std::mem::replace(&mut line, rest.to_owned()));
+            width = visible_width(rest);
+            empty = true;
+        }
+        if !empty {
+            line.push(' ');
+            width += 1;
+        }
+        line.push_str(word);
+        width += word_width;
+        empty = false;
+    }
+    lines.push(line);
+    lines
+}
+
+fn visible_width(text: &str) -> usize {
+    let mut width = 0;
+    let mut in_escape = false;
+    for c in text.chars() {
+        match (in_escape, c) {
+            (false, '\x1b') => in_escape = true,
+            (true, 'm') => in_escape = false,
+            (true, _) => {}
+            (false, _) => width += 1,
+        }
+    }
+    width
+}
+
+/// ANSI styling, a no-op unless colour was asked for.
+#[derive(Clone, Copy)]
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    fn paint(self, code: &str, text: &str) -> String {
+        if self.color {
+            format!("\x1b[{code}m{text}\x1b[0m")
+        } else {
+            text.to_owned()
+        }
+    }
+    fn bold(self, text: &str) -> String {
+        self.paint("1", text)
+    }
+    fn dim(self, text: &str) -> String {
+        self.paint("2", text)
+    }
+    fn red(self, text: &str) -> String {
+        self.paint("1;31", text)
+    }
+    fn green(self, text: &str) -> String {
+        self.paint("32", text)
+    }
+    fn yellow(self, text: &str) -> String {
+        self.paint("33", text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_keeps_words_whole_and_indents_continuations() {
+        let text = "word ".repeat(40);
+        let lines = wrap(&text, "fix: ", "     ");
+        assert!(lines.len() > 1);
+        assert!(lines[0].starts_with("fix: word"));
+        assert!(lines[1].starts_with("     word"));
+        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH));
+        assert_eq!(lines.iter().map(|l| l.split_whitespace().filter(|w| *w == "word").count()).sum::<usize>(), 40);
+    }
+
+    #[test]
+    fn a_word_longer_than_the_width_gets_its_own_line() {
+        let long = "x".repeat(WIDTH + 5);
+        let lines = wrap(&format!("a {long} b"), "", "");
+        assert_eq!(lines, vec!["a".to_owned(), long, "b".to_owned()]);
+    }
+
+    #[test]
+    fn colour_codes_take_no_width() {
+        assert_eq!(visible_width("\x1b[33mkind\x1b[0m: "), 6);
+    }
+
+    #[test]
+    fn truncation_marks_the_cut() {
+        assert_eq!(truncate_end("abcdef", 4), "abc…");
+        assert_eq!(truncate_end("abc", 4), "abc");
+        assert_eq!(truncate_start("/very/long/path.py:3", 10), "…path.py:3");
+    }
+
+    #[test]
+    fn target_text_is_kept_on_one_line() {
+        assert_eq!(one_line("  async with\tx:\n  y  "), "async with x: y");
+        assert_eq!(one_line(""), "");
+    }
+
+    #[test]
+    fn recurrence_reads_as_words() {
+        assert_eq!(recurrence_reading(1.0), "recurring, not start-up");
+        assert_eq!(recurrence_reading(0.5), "intermittent");
+        assert_eq!(recurrence_reading(0.05), "concentrated in a few windows (start-up or a burst)");
+    }
+}

@@ -1,0 +1,7 @@
+//! Integration tests of every writer over one hand-built recording (see `fixture`).
+
+mod fixture;
+mod flamegraph;
+mod golden;
+mod json;
+mod speedscope;

@@ -1,0 +1,146 @@
+//! The command line, and nothing else: clap turns it into plain option structs.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(name = "onefix", version, about = "Profile a program and name the one line that makes it slow, why, and the fix")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Sample a program (spawned with `-- CMD...` or attached with --pid) and report findings.
+    Record(RecordArgs),
+    /// Render a saved recording again: findings and any output format.
+    Report(ReportArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum ModeArg {
+    /// Every thread at every tick, running or waiting: blocked time is charged to the line that waits.
+    Wall,
+    /// Only threads running on a CPU.
+    Cpu,
+}
+
+/// Output files, shared by `record` and `report`.
+#[derive(Args, Clone, Debug, Default)]
+pub struct OutputArgs {
+    /// Findings as JSON (the documented contract).
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Flame graph SVG.
+    #[arg(long, value_name = "PATH")]
+    pub flamegraph: Option<PathBuf>,
+    /// speedscope JSON (open it at speedscope.app or in the speedscope CLI).
+    #[arg(long, value_name = "PATH")]
+    pub speedscope: Option<PathBuf>,
+    /// Collapsed stacks, one line per stack, for the classic flame graph tools.
+    #[arg(long, value_name = "PATH")]
+    pub folded: Option<PathBuf>,
+    /// Directory holding your own code (repeatable); default: the target's working directory
+    /// and the script's directory.
+    #[arg(long = "user-code", value_name = "DIR")]
+    pub user_code: Vec<PathBuf>,
+    /// No progress line, only the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RecordArgs {
+    /// Attach to this running process instead of starting one.
+    #[arg(long, short, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Stop after this long (e.g. 30s, 2m, 500ms); default: until the program exits or Ctrl-C.
+    #[arg(long, short, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Samples per second.
+    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate)]
+    pub rate: f64,
+    #[arg(long, value_enum, default_value_t = ModeArg::Wall)]
+    pub mode: ModeArg,
+    /// Merge native (C extension) frames into Python stacks; pauses the target while reading.
+    #[arg(long)]
+    pub native: bool,
+    /// Keep only the thread holding the GIL.
+    #[arg(long)]
+    pub gil: bool,
+    /// Also sample child Python processes (workers, pools).
+    #[arg(long)]
+    pub subprocesses: bool,
+    /// Where to save the recording; default: onefix-NAME-TIME.onefix in the current directory.
+    #[arg(long, short, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Seed of the sampling-interval jitter.
+    #[arg(long, default_value_t = 0x0f1f)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub outputs: OutputArgs,
+    /// The program to start and profile.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A recording written by `onefix record`.
+    pub recording: PathBuf,
+    /// Weigh samples as wall time or CPU time; default: the mode it was recorded in.
+    #[arg(long, value_enum)]
+    pub mode: Option<ModeArg>,
+    #[command(flatten)]
+    pub outputs: OutputArgs,
+}
+
+/// `30s`, `2m`, `1h`, `500ms`, or a number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let value: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a duration (try 30s, 2m or 500ms)"))?;
+    let secs = match unit {
+        "ms" => value / 1000.0,
+        "s" | "sec" => value,
+        "m" | "min" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("`{s}` has an unknown unit (use ms, s, m or h)")),
+    };
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("`{s}` must be a positive duration"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let rate: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a rate in samples per second"))?;
+    if !(rate.is_finite() && (1.0..=10_000.0).contains(&rate)) {
+        return Err(format!("the rate must be between 1 and 10000 samples per second, not {s}"));
+    }
+    Ok(rate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units_and_reject_nonsense() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert!(parse_rate("0").is_err());
+        assert_eq!(parse_rate("1000"), Ok(1000.0));
+    }
+}

@@ -1,0 +1,3 @@
+pub mod outputs;
+pub mod record;
+pub mod report;

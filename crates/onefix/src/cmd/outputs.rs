@@ -1,0 +1,103 @@
+//! What `record` and `report` share: deciding the user's code, diagnosing, writing outputs.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use onefix_diagnose::{diagnose, Diagnosis, KnowledgeBase, Options, UserCode};
+use onefix_model::{Mode, Profile};
+use onefix_report::{
+    write_flamegraph, write_folded, write_json, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
+    JsonOptions, TerminalOptions,
+};
+
+use crate::cli::{ModeArg, OutputArgs};
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Wall => Mode::Wall,
+            ModeArg::Cpu => Mode::Cpu,
+        }
+    }
+}
+
+/// The user's code: `--user-code` when given, else what the recording says, else the target's
+/// working directory and the directory of the script it runs.
+pub fn user_code(profile: &Profile, args: &OutputArgs) -> UserCode {
+    let base = profile.meta.target.cwd.as_deref().map(Path::new);
+    if !args.user_code.is_empty() {
+        let dirs: Vec<PathBuf> = args
+            .user_code
+            .iter()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()))
+            .collect();
+        return UserCode::new(dirs, base);
+    }
+    UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), base)
+}
+
+/// Default user-code directories for a target: its working directory and its script's.
+pub fn default_user_dirs(cwd: Option<&str>, argv: &[String]) -> Vec<String> {
+    let mut dirs: Vec<String> = cwd.map(str::to_owned).into_iter().collect();
+    // The script is the first argument after the interpreter's own options that names a file.
+    if let Some(script) = argv.iter().skip(1).find(|a| !a.starts_with('-')) {
+        let path = Path::new(script);
+        let path = match (path.is_absolute(), cwd) {
+            (false, Some(c)) => Path::new(c).join(path),
+            _ => path.to_path_buf(),
+        };
+        if path.is_file() {
+            if let Some(dir) = path.parent() {
+                let dir = dir.display().to_string();
+                if !dirs.contains(&dir) {
+                    dirs.push(dir);
+                }
+            }
+        }
+    }
+    dirs
+}
+
+pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
+    let kb = KnowledgeBase::builtin();
+    let user = user_code(profile, args);
+    diagnose(profile, &kb, &user, &Options { mode, ..Options::default() })
+}
+
+/// Writes every output asked for, then the terminal summary on stdout. An output that cannot
+/// be written is reported and the others are still written.
+pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, args: &OutputArgs, complete: bool) -> Result<()> {
+    let mut failures = Vec::new();
+    let mut out = |path: &Option<PathBuf>, what: &str, f: &dyn Fn(&mut dyn Write) -> io::Result<()>| {
+        if let Some(path) = path {
+            if let Err(e) = write_file(path, f) {
+                failures.push(format!("could not write the {what} to {}: {e}", path.display()));
+            }
+        }
+    };
+    let title = profile.meta.target.argv.as_ref().map(|a| format!("onefix: {}", a.join(" ")));
+    out(&args.json, "JSON report", &|w| write_json(w, profile, diagnosis, &JsonOptions { complete }));
+    out(&args.flamegraph, "flame graph", &|w| {
+        write_flamegraph(w, profile, mode, &FlamegraphOptions { title: title.clone(), thread_prefix: false })
+    });
+    out(&args.speedscope, "speedscope profile", &|w| write_speedscope(w, profile, mode));
+    out(&args.folded, "folded stacks", &|w| write_folded(w, profile, mode, &FoldedOptions::default()));
+
+    let stdout = io::stdout();
+    let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let opts = TerminalOptions { color, complete, ..TerminalOptions::default() };
+    write_terminal(stdout.lock(), profile, diagnosis, &opts).context("could not print the summary")?;
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!("{}", failures.join("; "))
+    }
+}
+
+fn write_file(path: &Path, f: &dyn Fn(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let mut w = BufWriter::new(File::create(path)?);
+    f(&mut w)?;
+    w.flush()
+}

@@ -1,0 +1,230 @@
+//! `onefix record`: start or attach, sample until the end, save, diagnose, report.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Schedule, StopReason};
+use onefix_model::recording::RecordingWriter;
+use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit};
+
+use crate::cli::RecordArgs;
+use crate::cmd::outputs;
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Ctrl-C and SIGTERM end the recording with a full report instead of killing onefix.
+fn catch_interrupts() {
+    let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, handler);
+        libc::signal(libc::SIGTERM, handler);
+    }
+}
+
+pub fn run(args: RecordArgs) -> Result<ExitCode> {
+    if args.pid.is_none() && args.command.is_empty() {
+        bail!("nothing to record: give a command after `--` (onefix record -- python3 app.py) or a process with --pid");
+    }
+    let mode: Mode = args.mode.into();
+    let output = args.output.clone().unwrap_or_else(|| default_output(&args));
+    // Open the recording before starting anything, so an unwritable path costs the target nothing.
+    let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
+
+    catch_interrupts();
+    let mut child: Option<Child> = None;
+    let pid = match args.pid {
+        Some(pid) => pid,
+        None => {
+            let c = Command::new(&args.command[0])
+                .args(&args.command[1..])
+                .spawn()
+                .map_err(|e| {
+                    let _ = std::fs::remove_file(&output);
+                    match e.kind() {
+                        std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
+                        std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
+                        _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
+                    }
+                })?;
+            let pid = c.id();
+            child = Some(c);
+            pid
+        }
+    };
+
+    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
+    let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
+    let mut sampler = match PythonSampler::attach(pid, opts, patience) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = std::fs::remove_file(&output);
+            return Err(attach_failed(e, child.as_mut()));
+        }
+    };
+
+    let cwd = process::cwd(pid);
+    let argv = if child.is_some() { Some(args.command.clone()) } else { process::cmdline(pid) };
+    let user_code = if args.outputs.user_code.is_empty() {
+        outputs::default_user_dirs(cwd.as_deref(), argv.as_deref().unwrap_or(&[]))
+    } else {
+        args.outputs.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string()).collect()
+    };
+    let meta = Meta {
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        target: Target {
+            argv: if child.is_some() { argv } else { None },
+            pid,
+            language: Some(Language::Python),
+            cwd,
+            runtime_version: Some(sampler.version.clone()),
+        },
+        mode,
+        rate_hz: args.rate,
+        weight_unit: WeightUnit::Samples { interval_us: (1e6 / args.rate).round() as u64 },
+        start_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        duration_s: 0.0,
+        user_code,
+        exit: None,
+        stats: Default::default(),
+        native: args.native,
+    };
+    let mut profile = Profile::new(meta);
+    let mut writer = RecordingWriter::new(BufWriter::new(file), &profile.meta)
+        .with_context(|| format!("cannot write the recording to {}", output.display()))?;
+
+    let schedule = Schedule { rate_hz: args.rate, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
+    let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
+    let started = Instant::now();
+    let outcome = record(&mut sampler, &mut profile, Some(&mut writer), &schedule, &INTERRUPTED, |p| {
+        if progress {
+            eprint!(
+                "\ronefix: {:.0} s, {} samples, {} read errors   ",
+                started.elapsed().as_secs_f64(),
+                p.samples.len(),
+                p.meta.stats.errors
+            );
+        }
+    });
+    if progress {
+        eprintln!();
+    }
+    drop(sampler);
+
+    // Only now, with sampling stopped, is the child reaped (see onefix_collect::process).
+    profile.meta.exit = Some(match child.as_mut() {
+        Some(c) => {
+            if outcome.reason != StopReason::TargetExited {
+                stop_child(c);
+            }
+            match c.wait() {
+                Ok(status) => exit_of(status),
+                Err(_) => TargetExit::Unknown,
+            }
+        }
+        None if process::is_running(pid) => TargetExit::StillRunning,
+        None => TargetExit::Unknown,
+    });
+
+    let saved = match outcome.write_error {
+        Some(e) => {
+            eprintln!(
+                "onefix: the recording {} stopped being written ({e}); it holds what came before, and this report covers all {} samples",
+                output.display(),
+                profile.samples.len()
+            );
+            false
+        }
+        None => match writer.finish(&profile) {
+            Ok(_) => true,
+            Err(e) => {
+                eprintln!("onefix: could not finish the recording {} ({e}); it holds what came before", output.display());
+                false
+            }
+        },
+    };
+    if profile.samples.is_empty() {
+        bail!("no sample was taken: the target exited before the first read{}", exit_note(&profile.meta.exit));
+    }
+    let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
+    if saved && !args.outputs.quiet {
+        eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn default_output(args: &RecordArgs) -> PathBuf {
+    let name = match args.pid {
+        Some(pid) => format!("pid{pid}"),
+        None => args
+            .command
+            .iter()
+            .skip(1)
+            .find(|a| !a.starts_with('-'))
+            .or(args.command.first())
+            .and_then(|a| std::path::Path::new(a).file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "target".into()),
+    };
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    PathBuf::from(format!("onefix-{name}-{stamp}.onefix"))
+}
+
+/// Turns an attach failure into the sentence to print, stopping a child we started.
+fn attach_failed(e: CollectError, child: Option<&mut Child>) -> anyhow::Error {
+    let Some(child) = child else { return e.into() };
+    if let CollectError::ExitedEarly { .. } = e {
+        let status = child.wait().ok().map(exit_of);
+        return CollectError::ExitedEarly { status: status.map(|s| describe_exit(&s)) }.into();
+    }
+    stop_child(child);
+    let _ = child.wait();
+    e.into()
+}
+
+/// Asks a child we started to stop (SIGINT, as Ctrl-C would), then insists.
+fn stop_child(child: &mut Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
+    unsafe { libc::kill(pid, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+}
+
+fn exit_of(status: ExitStatus) -> TargetExit {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => TargetExit::Code(code),
+        (None, Some(sig)) => TargetExit::Signal(sig),
+        _ => TargetExit::Unknown,
+    }
+}
+
+fn describe_exit(exit: &TargetExit) -> String {
+    match exit {
+        TargetExit::Code(c) => format!("exit status {c}"),
+        TargetExit::Signal(s) => format!("killed by signal {s}"),
+        TargetExit::StillRunning => "still running".into(),
+        TargetExit::Unknown => "status unknown".into(),
+    }
+}
+
+fn exit_note(exit: &Option<TargetExit>) -> String {
+    exit.as_ref().map(|e| format!(" ({})", describe_exit(e))).unwrap_or_default()
+}

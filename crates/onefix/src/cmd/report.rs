@@ -1,0 +1,27 @@
+use std::fs::File;
+use std::io::BufReader;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use onefix_model::recording::read_recording;
+
+use crate::cli::ReportArgs;
+use crate::cmd::outputs;
+
+pub fn run(args: ReportArgs) -> Result<ExitCode> {
+    let path = &args.recording;
+    let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
+    let loaded = read_recording(BufReader::new(file)).with_context(|| format!("cannot read {}", path.display()))?;
+    if !loaded.complete {
+        eprintln!(
+            "onefix: {} ends early (the profiler was stopped before it finished writing); reporting the {} samples it holds",
+            path.display(),
+            loaded.profile.samples.len()
+        );
+    }
+    let profile = loaded.profile;
+    let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);
+    let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    outputs::write_all(&profile, &diagnosis, mode, &args.outputs, loaded.complete)?;
+    Ok(ExitCode::SUCCESS)
+}
