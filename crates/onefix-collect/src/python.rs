@@ -60,7 +60,8 @@ impl PythonSampler {
         };
         config.pid = Some(pid as py_spy::Pid);
 
-        let deadline = Instant::now() + patience;
+        let started = Instant::now();
+        let deadline = started + patience;
         let mut sampler = PythonSampler {
             root: pid,
             opts,
@@ -93,6 +94,11 @@ impl PythonSampler {
             }
             if Instant::now() >= deadline {
                 break;
+            }
+            // Once exec is long done, a process that is no interpreter will not become one
+            // (launchers such as pyenv's shims are shell scripts that exec Python later).
+            if !sampler.opts.subprocesses && started.elapsed() > Duration::from_secs(3) && !process::looks_like_python(pid) {
+                return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -174,7 +180,11 @@ impl Sampler for PythonSampler {
         let mut added = 0;
         let mut failed = false;
         for spy in self.spies.iter_mut().filter(|s| !s.gone) {
-            match spy.spy.get_stack_traces() {
+            // A non-blocking read tears when the target changes its stack mid-read, which is
+            // likeliest in fast-changing (hot) code: one immediate retry keeps the loss small
+            // and unbiased.
+            let read = spy.spy.get_stack_traces().or_else(|_| spy.spy.get_stack_traces());
+            match read {
                 Ok(traces) => {
                     for trace in &traces {
                         add_trace(profile, trace, time_us);

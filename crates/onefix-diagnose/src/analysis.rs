@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use onefix_model::{FrameId, FrameKind, Mode, Profile, StackId};
 
 use crate::kb::{KnowledgeBase, Role, When};
-use crate::names::{called_names, qualified_name, SourceCache};
+use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
 use crate::origin::{Origin, UserCode};
 use crate::{Diagnosis, Evidence, Finding, HotLine};
 
@@ -31,8 +31,11 @@ impl Default for Options {
     }
 }
 
-/// A thread counts as busy when at least this fraction of its samples are not parked.
-const BUSY_THREAD: f64 = 0.10;
+/// A thread works when at least this fraction of its samples are not parked; only then do its
+/// event-loop waits count in the busy time.
+const WORKING_THREAD: f64 = 0.10;
+/// Fewer samples than this say nothing reliable about a line, whatever their share.
+const MIN_FINDING_WEIGHT: u64 = 5;
 /// A knowledge-base entry explains a line when it is under this fraction of the line's weight.
 const ENTRY_EXPLAINS: f64 = 0.3;
 
@@ -50,6 +53,9 @@ struct StackFacts {
     beneath: Vec<FrameId>,
     /// Idle entry matched by the innermost Python frame.
     idle: Option<u16>,
+    /// The outermost frame is not where a thread starts (`<module>`, `threading`, `runpy`):
+    /// a read that tore while the target changed its stack.
+    truncated: bool,
     /// Cost entries matched beneath the frontier or by the innermost line's calls.
     cost: Vec<u16>,
     line: Option<usize>,
@@ -99,10 +105,13 @@ impl Engine<'_> {
             let frame = self.profile.frame(id);
             let origin = self.user.origin(frame);
             let qualified = qualified_name(frame);
+            let unqualified = unqualified_name(frame);
             let mut cost = Vec::new();
             let mut idle = None;
             for (i, e) in self.kb.entries.iter().enumerate() {
-                if e.matches_frame(frame.kind, &qualified) {
+                if e.matches_frame(frame.kind, &qualified)
+                    || unqualified.as_deref().is_some_and(|u| e.matches_frame(frame.kind, u))
+                {
                     match e.spec.role {
                         Role::Cost => cost.push(i as u16),
                         Role::Idle => idle = idle.or(Some(i as u16)),
@@ -134,6 +143,13 @@ impl Engine<'_> {
         };
         let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
         let idle = innermost_python.and_then(|f| self.frame(f).idle);
+        let truncated = leaf_first.last().is_some_and(|&root| {
+            let frame = self.profile.frame(root);
+            let module = crate::names::python_module(&frame.file);
+            frame.kind == FrameKind::Python
+                && frame.function != "<module>"
+                && !["threading", "runpy", "_pytest", "multiprocessing"].iter().any(|m| module.starts_with(m))
+        });
         let mut cost: Vec<u16> = Vec::new();
         for &f in &beneath {
             cost.extend(self.frame(f).cost.iter().copied());
@@ -152,9 +168,16 @@ impl Engine<'_> {
             self.lines.push(LineAcc { frame: frontier.unwrap(), ..LineAcc::default() });
         }
         let i = self.stack_facts.len();
-        self.stack_facts.push(StackFacts { callers, beneath, idle, cost, line });
+        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
+    }
+
+    /// `Some(busy_time)` when the stack is parked for want of work.
+    fn parked(&mut self, stack: Option<StackId>) -> Option<bool> {
+        let i = self.stack(stack)?;
+        let e = self.stack_facts[i].idle?;
+        Some(self.kb.entries[e as usize].spec.busy_time)
     }
 
     fn call_entries(&mut self, frame: FrameId) -> Vec<u16> {
@@ -178,41 +201,58 @@ impl Engine<'_> {
         let window_us = if end_us >= 10_000_000 { 1_000_000 } else { (end_us / 10).max(50_000) };
         let nwindows = (end_us / window_us + 1) as usize;
 
-        // Pass 1: which threads are parked, and for how much.
+        // Pass 1: how much of each thread is parked, and how. A parked sample is never a cost;
+        // an event-loop wait still counts in the elapsed time of a thread that also works.
         let nthreads = profile.threads().len();
         let mut thread_total = vec![0u64; nthreads];
-        let mut thread_idle = vec![0u64; nthreads];
+        let mut thread_parked = vec![0u64; nthreads];
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             thread_total[s.thread as usize] += s.weight as u64;
-            if let Some(i) = self.stack(s.stack) {
-                if !s.state.active() && self.stack_facts[i].idle.is_some() {
-                    thread_idle[s.thread as usize] += s.weight as u64;
-                }
+            if self.parked(s.stack).is_some() {
+                thread_parked[s.thread as usize] += s.weight as u64;
             }
         }
-        let busy: Vec<bool> = (0..nthreads)
-            .map(|t| thread_total[t] > 0 && (thread_total[t] - thread_idle[t]) as f64 >= BUSY_THREAD * thread_total[t] as f64)
+        let works: Vec<bool> = (0..nthreads)
+            .map(|t| thread_total[t] > 0 && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64)
             .collect();
-        let total_weight: u64 = thread_total.iter().sum();
-        let idle_weight: u64 = (0..nthreads).filter(|&t| !busy[t]).map(|t| thread_total[t]).sum();
-        let busy_weight = total_weight - idle_weight;
 
-        // Pass 2: charge the busy threads' samples to their frontier lines.
+        // Pass 2: charge the samples to their frontier lines.
         let mut active_windows = vec![false; nwindows];
+        // Busy weight per window: the denominator of a line's share over the stretch where it
+        // recurs, which leaves start-up and wind-down out of its gain bound.
+        let mut window_weight = vec![0u64; nwindows];
+        let mut total_weight = 0u64;
+        let mut idle_weight = 0u64;
+        let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
-        for s in profile.samples.iter().filter(|s| mode.counts(s.state) && busy[s.thread as usize]) {
+        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let w = s.weight as u64;
+            total_weight += w;
+            let window = (s.time_us / window_us) as usize;
+            match self.parked(s.stack) {
+                Some(true) if works[s.thread as usize] => {
+                    parked_in_busy += w;
+                    window_weight[window] += w;
+                    continue;
+                }
+                Some(_) => {
+                    idle_weight += w;
+                    continue;
+                }
+                None => {}
+            }
             let Some(i) = self.stack(s.stack) else {
-                outside_user += w;
+                // No frames at all: a torn read or a thread outside the interpreter.
+                incomplete += w;
                 continue;
             };
             let facts = &self.stack_facts[i];
-            if !s.state.active() && facts.idle.is_some() {
-                parked_in_busy += w;
+            if facts.line.is_none() && facts.truncated {
+                incomplete += w;
                 continue;
             }
-            let window = (s.time_us / window_us) as usize;
+            window_weight[window] += w;
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
@@ -233,6 +273,7 @@ impl Engine<'_> {
             acc.windows[window / 64] |= 1 << (window % 64);
             *acc.by_stack.entry((s.stack.unwrap(), s.state.active())).or_default() += w;
         }
+        let busy_weight = total_weight - idle_weight - incomplete;
         let active_window_count = active_windows.iter().filter(|&&a| a).count().max(1);
 
         let share = |w: u64| if busy_weight == 0 { 0.0 } else { w as f64 / busy_weight as f64 };
@@ -265,6 +306,9 @@ impl Engine<'_> {
             if findings.len() >= opts.max_findings || share(self.lines[l].weight) < opts.min_share {
                 break;
             }
+            if self.lines[l].weight < MIN_FINDING_WEIGHT {
+                continue;
+            }
             let recurrence = {
                 let seen: u32 = self.lines[l].windows.iter().map(|w| w.count_ones()).sum();
                 seen as f64 / active_window_count as f64
@@ -280,17 +324,27 @@ impl Engine<'_> {
                 ));
                 continue;
             }
-            let finding = self.explain(l, recurrence, &share, mode);
+            let steady_weight: u64 = (0..nwindows)
+                .filter(|&w| self.lines[l].windows[w / 64] & (1 << (w % 64)) != 0)
+                .map(|w| window_weight[w])
+                .sum();
+            let steady_share = self.lines[l].weight as f64 / steady_weight.max(1) as f64;
+            let finding = self.explain(l, recurrence, steady_share, &share, mode);
             // Several lines repeated by one loop are one finding at that loop.
             if let Some(prev) = findings.iter_mut().find(|f| f.file == finding.file && f.line == finding.line) {
                 prev.share += finding.share;
-                prev.max_speedup = speedup(prev.share);
+                prev.max_speedup = match (prev.max_speedup, finding.max_speedup) {
+                    // Amdahl over the two lines' steady shares, recovered from their bounds.
+                    (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b)),
+                    _ => None,
+                };
                 prev.evidence.extend(finding.evidence);
                 prev.evidence.truncate(6);
                 continue;
             }
             findings.push(finding);
         }
+        self.merge_consequences(&mut findings);
         findings.sort_by(|a, b| b.share.total_cmp(&a.share));
         for (i, f) in findings.iter_mut().enumerate() {
             f.rank = i + 1;
@@ -300,11 +354,16 @@ impl Engine<'_> {
             Mode::Wall => "wall time of the busy threads",
             Mode::Cpu => "CPU time",
         };
-        let idle_threads = (0..nthreads).filter(|&t| !busy[t] && thread_total[t] > 0).count();
         if idle_weight > 0 && total_weight > 0 {
             notes.insert(0, format!(
-                "{idle_threads} thread(s) idle for want of work (waiting on a queue, for connections, or for other threads): {:.0}% of the sampled time, not counted as cost",
+                "threads idle for want of work (waiting on a queue, for connections, or for other threads): {:.0}% of the sampled time, not counted as cost",
                 idle_weight as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        if incomplete > 0 && total_weight > 0 && incomplete * 100 >= total_weight {
+            notes.push(format!(
+                "{:.0}% of the samples had an incomplete stack (read while the target changed it) and were left out",
+                incomplete as f64 * 100.0 / total_weight as f64
             ));
         }
         if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
@@ -340,6 +399,37 @@ impl Engine<'_> {
         }
     }
 
+    /// Folds a finding into another whose knowledge-base entry causes it, when both are
+    /// repeated by the same loop: one cause, one fix, one gain bound.
+    fn merge_consequences(&self, findings: &mut Vec<Finding>) {
+        let mut i = 0;
+        while i < findings.len() {
+            let cause = (0..findings.len()).find(|&c| {
+                c != i
+                    && findings[i].enclosing_loop.is_some()
+                    && findings[c].enclosing_loop == findings[i].enclosing_loop
+                    && self.kb.entries.iter().any(|e| e.spec.id == findings[c].rule && e.spec.also_causes.contains(&findings[i].rule))
+            });
+            let Some(c) = cause else {
+                i += 1;
+                continue;
+            };
+            let effect = findings.remove(i);
+            let c = if c > i { c - 1 } else { c };
+            let target = &mut findings[c];
+            target.share += effect.share;
+            target.max_speedup = match (target.max_speedup, effect.max_speedup) {
+                (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b)),
+                _ => None,
+            };
+            let effect_what = self.kb.entries.iter().find(|e| e.spec.id == effect.rule).map(|e| e.spec.what.as_str()).unwrap_or("its cost");
+            target.why = format!("{}; the same cause means {} at {}:{} ({:.0}%)", target.why, effect_what, short(&effect.file), effect.line, effect.share * 100.0);
+            target.evidence.extend(effect.evidence);
+            target.evidence.truncate(6);
+            i = 0;
+        }
+    }
+
     fn code(&mut self, file: &str, line: u32) -> Option<String> {
         let path = self.user.resolve(file)?;
         self.source.line(&path, line).filter(|c| !c.is_empty())
@@ -353,7 +443,9 @@ impl Engine<'_> {
 
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
     /// thread state and self time show.
-    fn explain(&mut self, l: usize, recurrence: f64, share: &dyn Fn(u64) -> f64, mode: Mode) -> Finding {
+    /// `steady_share` is the line's share of the busy weight within the time windows where it
+    /// was seen: the part of the run that repeats it, from which the gain bound is computed.
+    fn explain(&mut self, l: usize, recurrence: f64, steady_share: f64, share: &dyn Fn(u64) -> f64, mode: Mode) -> Finding {
         let profile = self.profile;
         let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
         let mut entry_weight: HashMap<u16, u64> = HashMap::new();
@@ -423,7 +515,12 @@ impl Engine<'_> {
         let (kind, rule, what, why, fix) = match best {
             Some((e, _)) => {
                 let spec = &self.kb.entries[e as usize].spec;
-                (spec.kind.clone(), spec.id.clone(), spec.what.clone(), spec.why.clone(), spec.fix.clone())
+                let mut why = spec.why.clone();
+                // A second entry under most of the same time names where it goes inside.
+                if let Some(&(inner, w)) = entries.iter().find(|(o, w)| *o != e && *w * 2 >= weight) {
+                    why = format!("{why}; most of it is {} ({:.0}%)", self.kb.entries[inner as usize].spec.what, share(w) * 100.0);
+                }
+                (spec.kind.clone(), spec.id.clone(), spec.what.clone(), why, spec.fix.clone())
             }
             None if mode == Mode::Wall && blocked * 2 >= weight => (
                 "blocking-wait".to_owned(),
@@ -495,7 +592,7 @@ impl Engine<'_> {
             function,
             code,
             share: line_share,
-            max_speedup: speedup(line_share),
+            max_speedup: speedup(steady_share),
             title,
             advice,
             why,
@@ -530,5 +627,153 @@ fn capitalize(s: &str) -> String {
     match c.next() {
         Some(first) => first.to_uppercase().collect::<String>() + c.as_str(),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onefix_model::{Frame, Meta, Sample, ThreadState};
+    use std::path::Path;
+
+    const LIB: &str = "/usr/lib/python3.11";
+    const SITE: &str = "/venv/lib/python3.11/site-packages";
+
+    /// Builds profiles from (thread, time in ms, active, stack root first).
+    struct Builder {
+        p: Profile,
+    }
+
+    impl Builder {
+        fn new() -> Builder {
+            Builder { p: Profile::new(Meta::default()) }
+        }
+        fn add(&mut self, tid: u64, ms: u64, active: bool, stack: &[(&str, &str, u32)]) {
+            let t = self.p.intern_thread(1, tid, None);
+            let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| self.p.intern_frame(Frame::python(f, file, line))).collect();
+            let s = self.p.intern_stack(ids);
+            self.p.samples.push(Sample { time_us: ms * 1000, thread: t, stack: s, state: ThreadState::new(active, active), weight: 1 });
+        }
+        fn diagnose(&self, dir: &str) -> Diagnosis {
+            let user = UserCode::new([dir], Some(Path::new(dir)));
+            diagnose(&self.p, &KnowledgeBase::builtin(), &user, &Options::default())
+        }
+    }
+
+    fn tls_stack() -> Vec<(&'static str, &'static str, u32)> {
+        vec![
+            ("<module>", "/app/main.py", 40),
+            ("drain", "/app/main.py", 12),
+            ("AsyncClient.__init__", "/venv/lib/python3.11/site-packages/httpx/_client.py", 1400),
+            ("create_ssl_context", "/venv/lib/python3.11/site-packages/httpx/_config.py", 55),
+            ("load_ssl_context_verify", "/venv/lib/python3.11/site-packages/httpx/_config.py", 149),
+        ]
+    }
+
+    #[test]
+    fn charges_library_time_to_the_user_line_and_classifies_it() {
+        let mut b = Builder::new();
+        for ms in 0..1000 {
+            if ms % 10 < 8 {
+                b.add(1, ms * 10, true, &tls_stack());
+            } else {
+                b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 40), ("drain", "/app/main.py", 14)]);
+            }
+        }
+        let d = b.diagnose("/app");
+        let f = &d.findings[0];
+        assert_eq!((f.file.as_str(), f.line), ("/app/main.py", 12));
+        assert_eq!(f.kind, "repeated-setup");
+        assert!((f.share - 0.8).abs() < 1e-9);
+        assert!((f.max_speedup.unwrap() - 5.0).abs() < 0.05, "{:?}", f.max_speedup);
+        assert!(f.evidence.iter().any(|e| e.frame == "httpx._config.create_ssl_context"), "{:?}", f.evidence);
+        assert_eq!(d.hot_lines[1].line, 14);
+        assert!((d.hot_lines[1].self_share - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn idle_workers_are_left_out_of_the_shares() {
+        let mut b = Builder::new();
+        for ms in 0..500 {
+            b.add(1, ms * 10, true, &[("work", "/app/w.py", 3)]);
+            for tid in 2..6 {
+                b.add(tid, ms * 10, false, &[("_bootstrap", &format!("{LIB}/threading.py"), 995), ("get", &format!("{LIB}/queue.py"), 171), ("wait", &format!("{LIB}/threading.py"), 320)]);
+            }
+        }
+        let d = b.diagnose("/app");
+        assert_eq!(d.busy_weight, 500);
+        assert_eq!(d.idle_weight, 2000);
+        assert_eq!(d.findings.len(), 1);
+        assert_eq!(d.findings[0].line, 3);
+        assert!((d.findings[0].share - 1.0).abs() < 1e-9);
+        assert!(d.notes[0].contains("idle for want of work"), "{:?}", d.notes);
+    }
+
+    #[test]
+    fn start_up_work_is_not_a_finding() {
+        let mut b = Builder::new();
+        for ms in 0..1000 {
+            let stack: &[(&str, &str, u32)] = if ms < 150 {
+                &[("<module>", "/app/m.py", 1), ("_find_and_load", "<frozen importlib._bootstrap>", 1)]
+            } else {
+                &[("<module>", "/app/m.py", 9)]
+            };
+            b.add(1, ms * 10, true, stack);
+        }
+        let d = b.diagnose("/app");
+        assert!(d.findings.iter().all(|f| f.line != 1), "{:?}", d.findings);
+        assert!(d.notes.iter().any(|n| n.contains("m.py:1") && n.contains("one-off")), "{:?}", d.notes);
+    }
+
+    #[test]
+    fn an_event_loop_wait_counts_in_a_working_thread_but_no_line_is_charged() {
+        let mut b = Builder::new();
+        let select = [("<module>", "/app/a.py", 50), ("run", &format!("{LIB}/asyncio/runners.py") as &str, 190), ("select", &format!("{LIB}/selectors.py"), 468)];
+        for ms in 0..1000 {
+            if ms % 2 == 0 {
+                b.add(1, ms * 10, true, &tls_stack());
+            } else {
+                b.add(1, ms * 10, false, &select);
+            }
+        }
+        let d = b.diagnose("/app");
+        assert_eq!(d.busy_weight, 1000, "the loop's waits are part of the thread's time");
+        assert!((d.findings[0].share - 0.5).abs() < 1e-9);
+        assert!(d.findings.iter().all(|f| f.line != 50));
+    }
+
+    #[test]
+    fn serial_network_waits_are_reported_at_the_loop_that_issues_them() {
+        let dir = std::env::temp_dir().join(format!("onefix-serial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let app = dir.join("app.py");
+        std::fs::write(&app, "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    out = []\n    for u in urls:\n        out.append(fetch(u))\n    return out\n").unwrap();
+        let app_s = app.to_str().unwrap();
+        let mut b = Builder::new();
+        for ms in 0..300 {
+            b.add(1, ms * 10, false, &[
+                ("main", app_s, 9),
+                ("fetch", app_s, 4),
+                ("get", &format!("{SITE}/requests/api.py"), 73),
+                ("send", &format!("{SITE}/requests/sessions.py"), 703),
+                ("readinto", &format!("{LIB}/socket.py"), 706),
+            ]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!(f.kind, "serial-io", "{f:?}");
+        assert_eq!(f.line, 8, "the for loop in the caller, not the call inside fetch: {f:?}");
+        assert_eq!(f.code.as_deref(), Some("for u in urls:"));
+        assert!(f.evidence[0].line == 4, "the waiting call is the first evidence: {:?}", f.evidence);
+    }
+
+    #[test]
+    fn too_few_samples_make_no_finding() {
+        let mut b = Builder::new();
+        for ms in 0..3 {
+            b.add(1, ms * 10, true, &[("f", "/app/x.py", 2)]);
+        }
+        assert!(b.diagnose("/app").findings.is_empty());
     }
 }

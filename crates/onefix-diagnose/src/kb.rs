@@ -68,6 +68,14 @@ pub struct EntrySpec {
     pub fix: String,
     /// Qualified names (or `call:NAME`) this entry must classify: its own test.
     pub examples: Vec<String>,
+    /// For idle entries: the wait counts in its thread's elapsed time when the thread also
+    /// works (an event loop waiting for replies to requests it sent), though no line is charged.
+    #[serde(default)]
+    pub busy_time: bool,
+    /// Entries whose cost this one brings about when both sit in the same loop (a client built
+    /// per pass also opens a new connection per request): reported as one finding.
+    #[serde(default)]
+    pub also_causes: Vec<String>,
 }
 
 pub struct Entry {
@@ -124,9 +132,17 @@ impl KnowledgeBase {
                 if !python && !native {
                     return Err(invalid(format!("entry {} names no known language", spec.id)));
                 }
+                if let Some(bad) = spec.also_causes.iter().find(|id| **id == spec.id) {
+                    return Err(invalid(format!("entry {} names itself in also_causes ({bad})", spec.id)));
+                }
                 let frames = glob_set(&spec.frames).map_err(|e| invalid(format!("entry {}: {e}", spec.id)))?;
                 let calls = glob_set(&spec.calls).map_err(|e| invalid(format!("entry {}: {e}", spec.id)))?;
                 entries.push(Entry { spec, python, native, frames, calls });
+            }
+        }
+        for e in &entries {
+            if let Some(missing) = e.spec.also_causes.iter().find(|id| !entries.iter().any(|o| &o.spec.id == *id)) {
+                return Err(KbError::Invalid { file: "(all)".into(), detail: format!("entry {} names unknown entry {missing} in also_causes", e.spec.id) });
             }
         }
         Ok(KnowledgeBase { entries })

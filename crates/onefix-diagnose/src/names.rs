@@ -16,6 +16,17 @@ pub fn qualified_name(frame: &Frame) -> String {
     format!("{}.{}", python_module(&frame.file), frame.function)
 }
 
+/// The same name without its class path (`httpx._client.AsyncClient.__init__` gives
+/// `httpx._client.__init__`), so that knowledge-base patterns written as `module.function` match
+/// whether or not the interpreter reports qualified names. `None` when there is no class path.
+pub fn unqualified_name(frame: &Frame) -> Option<String> {
+    if frame.kind != FrameKind::Python || !frame.function.contains('.') {
+        return None;
+    }
+    let last = frame.function.rsplit('.').next().unwrap_or(&frame.function);
+    Some(format!("{}.{}", python_module(&frame.file), last))
+}
+
 /// The dotted module a Python file is imported as, from its path.
 pub fn python_module(file: &str) -> String {
     if let Some(inner) = file.strip_prefix("<frozen ").and_then(|s| s.strip_suffix('>')) {
@@ -147,6 +158,10 @@ mod tests {
         assert_eq!(python_module("<frozen importlib._bootstrap>"), "importlib._bootstrap");
         assert_eq!(python_module("/srv/app/worker.py"), "worker");
         assert_eq!(qualified_name(&Frame::python("create_default_context", "/usr/lib/python3.11/ssl.py", 770)), "ssl.create_default_context");
+        let method = Frame::python("AsyncClient.__init__", "/x/site-packages/httpx/_client.py", 1);
+        assert_eq!(qualified_name(&method), "httpx._client.AsyncClient.__init__");
+        assert_eq!(unqualified_name(&method).as_deref(), Some("httpx._client.__init__"));
+        assert_eq!(unqualified_name(&Frame::python("f", "/srv/a.py", 1)), None);
     }
 
     #[test]

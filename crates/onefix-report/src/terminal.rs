@@ -196,7 +196,7 @@ impl Summary<'_> {
             self.style.red(&share)
         )];
 
-        lines.extend(wrap(&f.title, &format!("{INDENT}{}: ", self.style.yellow(&f.kind)), INDENT));
+        lines.extend(wrap(&f.why, &format!("{INDENT}{}: ", self.style.yellow(&f.kind)), INDENT));
         if !f.evidence.is_empty() {
             let under: Vec<String> = f
                 .evidence
