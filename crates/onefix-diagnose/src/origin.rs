@@ -70,6 +70,22 @@ impl UserCode {
             // No source (native without debug info) or generated code (`<frozen ...>`).
             return if file.starts_with("<frozen") { Origin::Stdlib } else { Origin::Runtime };
         }
+        // Debug info of native libraries names sources relative to where they were built
+        // (`Modules/_ssl.c`): never the user's, whatever directory the target runs in.
+        if frame.kind == FrameKind::Native && !Path::new(file).is_absolute() {
+            return Origin::Runtime;
+        }
+        // A native frame belongs to the binary it runs in: an interpreter's extension modules
+        // and the system's libraries are never the user's, wherever their sources were built.
+        if frame.kind == FrameKind::Native {
+            let module = frame.module.as_str();
+            if THIRD_PARTY_MARKERS.iter().any(|m| module.contains(m)) {
+                return Origin::ThirdParty;
+            }
+            if python_lib_root(module).is_some() || ["/usr/lib", "/lib/", "/lib64/", "/usr/local/lib/"].iter().any(|m| module.starts_with(m)) {
+                return Origin::Runtime;
+            }
+        }
         if THIRD_PARTY_MARKERS.iter().any(|m| file.contains(m)) {
             return Origin::ThirdParty;
         }
@@ -155,5 +171,11 @@ mod tests {
         f.file = "/rustc/abc/library/core/src/fmt/mod.rs".into();
         assert_eq!(user.origin(&f), Origin::Stdlib);
         assert_eq!(user.origin(&Frame::native("__libc_recv", "/usr/lib/x86_64-linux-gnu/libc.so.6")), Origin::Runtime);
+        let mut relative = Frame::native("_ssl__SSLContext_load_verify_locations", "/usr/lib/python3.11/lib-dynload/_ssl.so");
+        relative.file = "Modules/_ssl.c".into();
+        let mut built_here = relative.clone();
+        built_here.file = "/src/python-build/Modules/_ssl.c".into();
+        assert_eq!(UserCode::new(["/src"], Some(Path::new("/src"))).origin(&built_here), Origin::Runtime, "an extension module is the runtime's");
+        assert_eq!(UserCode::new(["/src"], Some(Path::new("/src"))).origin(&relative), Origin::Runtime);
     }
 }
