@@ -34,6 +34,8 @@ impl Default for Options {
 /// A thread works when at least this fraction of its samples are not parked; only then do its
 /// event-loop waits count in the busy time.
 const WORKING_THREAD: f64 = 0.10;
+/// In CPU mode, below this fraction of the ticks on a CPU, a program has no CPU cost to report.
+const MIN_CPU_USE: f64 = 0.05;
 /// Fewer samples than this say nothing reliable about a line, whatever their share.
 const MIN_FINDING_WEIGHT: u64 = 5;
 /// A knowledge-base entry explains a line when it is under this fraction of the line's weight.
@@ -68,6 +70,9 @@ struct LineAcc {
     self_weight: u64,
     blocked: u64,
     windows: Vec<u64>,
+    /// First and last time the line was seen, in µs: the stretch of the run that repeats it.
+    first_us: u64,
+    last_us: u64,
     /// Weight by (stack, active): expanded into frames once per stack, at the end.
     by_stack: HashMap<(StackId, bool), u64>,
 }
@@ -218,9 +223,10 @@ impl Engine<'_> {
 
         // Pass 2: charge the samples to their frontier lines.
         let mut active_windows = vec![false; nwindows];
-        // Busy weight per window: the denominator of a line's share over the stretch where it
-        // recurs, which leaves start-up and wind-down out of its gain bound.
-        let mut window_weight = vec![0u64; nwindows];
+        // Busy weight over time: the denominator of a line's share over the stretch where it
+        // recurs (first to last sighting), which leaves start-up and wind-down out of its gain
+        // bound.
+        let mut busy_timeline: Vec<(u64, u64)> = Vec::new();
         let mut total_weight = 0u64;
         let mut idle_weight = 0u64;
         let mut incomplete = 0u64;
@@ -233,7 +239,7 @@ impl Engine<'_> {
             match self.parked(s.stack) {
                 Some(true) if works[s.thread as usize] => {
                     parked_in_busy += w;
-                    window_weight[window] += w;
+                    busy_timeline.push((s.time_us, w));
                     continue;
                 }
                 Some(_) => {
@@ -252,7 +258,7 @@ impl Engine<'_> {
                 incomplete += w;
                 continue;
             }
-            window_weight[window] += w;
+            busy_timeline.push((s.time_us, w));
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
@@ -269,11 +275,30 @@ impl Engine<'_> {
             }
             if acc.windows.is_empty() {
                 acc.windows = vec![0; nwindows.div_ceil(64)];
+                acc.first_us = s.time_us;
             }
+            acc.first_us = acc.first_us.min(s.time_us);
+            acc.last_us = acc.last_us.max(s.time_us);
             acc.windows[window / 64] |= 1 << (window % 64);
             *acc.by_stack.entry((s.stack.unwrap(), s.state.active())).or_default() += w;
         }
         let busy_weight = total_weight - idle_weight - incomplete;
+        busy_timeline.sort_by_key(|&(t, _)| t);
+        let mut cumulative = 0u64;
+        let busy_cumulative: Vec<(u64, u64)> = busy_timeline
+            .iter()
+            .map(|&(t, w)| {
+                cumulative += w;
+                (t, cumulative)
+            })
+            .collect();
+        // Busy weight of the samples taken from `from` to `to` inclusive.
+        let busy_between = |from: u64, to: u64| -> u64 {
+            let start = busy_cumulative.partition_point(|&(t, _)| t < from);
+            let end = busy_cumulative.partition_point(|&(t, _)| t <= to);
+            let upto = |i: usize| if i == 0 { 0 } else { busy_cumulative[i - 1].1 };
+            upto(end) - upto(start)
+        };
         let active_window_count = active_windows.iter().filter(|&&a| a).count().max(1);
 
         let share = |w: u64| if busy_weight == 0 { 0.0 } else { w as f64 / busy_weight as f64 };
@@ -302,7 +327,17 @@ impl Engine<'_> {
 
         let mut findings: Vec<Finding> = Vec::new();
         let mut notes = Vec::new();
-        for &l in &order {
+        // A program that is almost never on a CPU has no CPU cost worth a finding: a few stray
+        // samples would otherwise make "100% of the CPU time".
+        let ticks = profile.meta.stats.ticks;
+        let mostly_waiting = mode == Mode::Cpu && ticks > 0 && (busy_weight as f64) < MIN_CPU_USE * ticks as f64;
+        if mostly_waiting {
+            notes.push(format!(
+                "the program was on a CPU in only {:.0}% of the samples: its time goes to waiting, so record in wall mode to see where",
+                busy_weight as f64 * 100.0 / ticks as f64
+            ));
+        }
+        for &l in order.iter().filter(|_| !mostly_waiting) {
             if findings.len() >= opts.max_findings || share(self.lines[l].weight) < opts.min_share {
                 break;
             }
@@ -324,10 +359,7 @@ impl Engine<'_> {
                 ));
                 continue;
             }
-            let steady_weight: u64 = (0..nwindows)
-                .filter(|&w| self.lines[l].windows[w / 64] & (1 << (w % 64)) != 0)
-                .map(|w| window_weight[w])
-                .sum();
+            let steady_weight = busy_between(self.lines[l].first_us, self.lines[l].last_us);
             let steady_share = self.lines[l].weight as f64 / steady_weight.max(1) as f64;
             let finding = self.explain(l, recurrence, steady_share, &share, mode);
             // Several lines repeated by one loop are one finding at that loop.
@@ -417,9 +449,10 @@ impl Engine<'_> {
             let effect = findings.remove(i);
             let c = if c > i { c - 1 } else { c };
             let target = &mut findings[c];
-            target.share += effect.share;
+            // Only the part of the effect's line that the caused entry explains goes away.
+            target.share += effect.share * effect.explained;
             target.max_speedup = match (target.max_speedup, effect.max_speedup) {
-                (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b)),
+                (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b) * effect.explained),
                 _ => None,
             };
             let effect_what = self.kb.entries.iter().find(|e| e.spec.id == effect.rule).map(|e| e.spec.what.as_str()).unwrap_or("its cost");
@@ -443,8 +476,8 @@ impl Engine<'_> {
 
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
     /// thread state and self time show.
-    /// `steady_share` is the line's share of the busy weight within the time windows where it
-    /// was seen: the part of the run that repeats it, from which the gain bound is computed.
+    /// `steady_share` is the line's share of the busy weight between its first and last
+    /// sighting: the part of the run that repeats it, from which the gain bound is computed.
     fn explain(&mut self, l: usize, recurrence: f64, steady_share: f64, share: &dyn Fn(u64) -> f64, mode: Mode) -> Finding {
         let profile = self.profile;
         let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
@@ -593,6 +626,7 @@ impl Engine<'_> {
             code,
             share: line_share,
             max_speedup: speedup(steady_share),
+            explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
             title,
             advice,
             why,

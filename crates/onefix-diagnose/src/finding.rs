@@ -36,6 +36,8 @@ pub struct Finding {
     pub recurrence: f64,
     /// Knowledge-base entry (or built-in analysis) that classified the line.
     pub rule: String,
+    /// Fraction of the line's weight under the classifying entry (1 for self time or waits).
+    pub explained: f64,
     /// The loop that repeats this line, when the source shows one: `file:line`.
     pub enclosing_loop: Option<String>,
 }

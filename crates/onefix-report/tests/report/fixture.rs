@@ -191,6 +191,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 ],
                 recurrence: 1.0,
                 rule: "python/httpx-client-per-call".into(),
+                explained: 0.9,
                 enclosing_loop: Some(format!("{UPDATER}:28")),
             },
             Finding {
@@ -215,6 +216,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 }],
                 recurrence: 0.4166,
                 rule: "builtin/serial-io".into(),
+                explained: 1.0,
                 enclosing_loop: None,
             },
         ],
