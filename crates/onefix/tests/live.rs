@@ -319,3 +319,36 @@ fn lab_token_updater_names_the_client_built_in_the_loop() {
 fn lab_synapse_headers_names_the_schema_rebuilt_per_call() {
     lab_case("synapse-headers", "synapse_slow.py", "self.model_json_schema()", "repeated-setup", &[("COUNT", "300"), ("MAX_SECONDS", "15")]);
 }
+
+const PROCESS_POOL: &str = r#"
+import time
+from multiprocessing import Pool
+
+def crunch(n):
+    x = 0
+    for i in range(n):
+        x += (i * 7) % 13   # CRUNCH
+    return x
+
+if __name__ == "__main__":
+    with Pool(2) as pool:
+        end = time.time() + 3
+        while time.time() < end:
+            pool.map(crunch, [200000] * 4)
+"#;
+
+#[test]
+fn subprocesses_are_followed_and_their_work_found() {
+    let s = Scratch::new("subproc");
+    let prog = s.path("mp.py");
+    std::fs::write(&prog, PROCESS_POOL).unwrap();
+    let (report, _) = record(&s, &["--subprocesses"], &prog);
+    let f = first_finding(&report);
+    assert_eq!(f["line"], line_of(&prog, "# CRUNCH"), "{report:#}");
+    // The pool's own housekeeping threads wait for work: idle, not cost.
+    assert!(report["idle_share"].as_f64().unwrap() > 0.2, "{report:#}");
+    // Without --subprocesses only the parent, which only waits, is sampled: no compute finding.
+    let (parent_only, _) = record(&s, &[], &prog);
+    let compute: Vec<&Value> = parent_only["findings"].as_array().unwrap().iter().filter(|f| f["line"] == line_of(&prog, "# CRUNCH")).collect();
+    assert!(compute.is_empty(), "{parent_only:#}");
+}
