@@ -352,3 +352,70 @@ fn subprocesses_are_followed_and_their_work_found() {
     let compute: Vec<&Value> = parent_only["findings"].as_array().unwrap().iter().filter(|f| f["line"] == line_of(&prog, "# CRUNCH")).collect();
     assert!(compute.is_empty(), "{parent_only:#}");
 }
+
+/// The interpreter itself, not a launcher script (pyenv's shims fork it), so that its pid is
+/// the Python process.
+fn python_executable() -> String {
+    let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+const SPIN: &str = "import time\ndef spin():\n    while True:\n        sum(i * i for i in range(500))   # SPIN\nspin()\n";
+
+fn spawn_spinner(s: &Scratch) -> (std::process::Child, PathBuf) {
+    let prog = s.path("spin.py");
+    std::fs::write(&prog, SPIN).unwrap();
+    let child = Command::new(python_executable()).arg(&prog).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    (child, prog)
+}
+
+#[test]
+fn attaching_for_a_duration_leaves_the_target_running() {
+    let s = Scratch::new("attach");
+    let (mut target, prog) = spawn_spinner(&s);
+    let json = s.path("a.json");
+    let out = onefix()
+        .args(["record", "--quiet", "--duration", "2s", "--pid", &target.id().to_string(), "-o"])
+        .arg(s.path("a.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let alive = target.try_wait().unwrap().is_none();
+    target.kill().unwrap();
+    target.wait().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(alive, "the target must outlive the recording");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(first_finding(&report)["line"], line_of(&prog, "# SPIN"));
+    assert_eq!(report["target"]["argv"], Value::Null);
+    assert_eq!(report["exit"]["status"], "still-running", "{report:#}");
+}
+
+#[test]
+fn ctrl_c_ends_an_attached_recording_with_a_full_report() {
+    let s = Scratch::new("sigint");
+    let (mut target, prog) = spawn_spinner(&s);
+    let json = s.path("i.json");
+    let profiler = onefix()
+        .args(["record", "--quiet", "--pid", &target.id().to_string(), "-o"])
+        .arg(s.path("i.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(profiler.id() as i32, libc::SIGINT) };
+    let out = profiler.wait_with_output().unwrap();
+    let alive = target.try_wait().unwrap().is_none();
+    target.kill().unwrap();
+    target.wait().unwrap();
+    assert!(out.status.success());
+    assert!(alive);
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(first_finding(&report)["line"], line_of(&prog, "# SPIN"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("spin.py"));
+}
