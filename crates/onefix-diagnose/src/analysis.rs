@@ -147,7 +147,11 @@ impl Engine<'_> {
             None => Vec::new(),
         };
         let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
-        let idle = innermost_python.and_then(|f| self.frame(f).idle);
+        let mut idle = innermost_python.and_then(|f| self.frame(f).idle);
+        if idle.is_none() && frontier.is_none() {
+            let candidates: Vec<u16> = leaf_first.iter().filter_map(|&f| self.frame(f).idle).collect();
+            idle = candidates.into_iter().find(|&e| self.kb.entries[e as usize].spec.anywhere);
+        }
         let truncated = leaf_first.last().is_some_and(|&root| {
             let frame = self.profile.frame(root);
             let module = crate::names::python_module(&frame.file);
@@ -176,6 +180,13 @@ impl Engine<'_> {
         self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
+    }
+
+    fn incomplete(&mut self, stack: Option<StackId>) -> bool {
+        match self.stack(stack) {
+            None => true,
+            Some(i) => self.stack_facts[i].line.is_none() && self.stack_facts[i].truncated,
+        }
     }
 
     /// `Some(busy_time)` when the stack is parked for want of work.
@@ -212,6 +223,10 @@ impl Engine<'_> {
         let mut thread_total = vec![0u64; nthreads];
         let mut thread_parked = vec![0u64; nthreads];
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+            // Torn and empty stacks say nothing about whether a thread works.
+            if self.incomplete(s.stack) {
+                continue;
+            }
             thread_total[s.thread as usize] += s.weight as u64;
             if self.parked(s.stack).is_some() {
                 thread_parked[s.thread as usize] += s.weight as u64;
@@ -545,6 +560,12 @@ impl Engine<'_> {
         callers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         let loop_in_caller = callers.first().and_then(|&(c, _)| self.loop_of(c));
 
+        let called: Vec<String> = self
+            .code(&frame.file, frame.line)
+            // Only method and module calls: builtins (min, len, sum) on a line are part of its
+            // own computation.
+            .map(|c| called_names(&c).into_iter().filter(|n| n.contains('.')).collect())
+            .unwrap_or_default();
         let (kind, rule, what, why, fix) = match best {
             Some((e, _)) => {
                 let spec = &self.kb.entries[e as usize].spec;
@@ -561,6 +582,15 @@ impl Engine<'_> {
                 "waiting".to_owned(),
                 format!("the thread is blocked here {:.0}% of the time, not running", blocked as f64 * 100.0 / weight as f64),
                 "find what the line waits for (a lock, a reply, a child process) and overlap or remove the wait".to_owned(),
+            ),
+            // Self time on a line that calls something is time inside a C function, which has
+            // no Python frame of its own.
+            None if self_weight * 2 >= weight && !called.is_empty() => (
+                "hot-call".to_owned(),
+                "c-call".to_owned(),
+                format!("calling {}()", called[0]),
+                format!("the time is spent inside {}(), compiled code called from this line that has no Python frames of its own (record with --native to see inside it)", called[0]),
+                format!("call {}() less often (hoist it out of the loop, cache its result, batch the calls), or pass it less data", called[0]),
             ),
             None if self_weight * 2 >= weight => (
                 "hot-loop-compute".to_owned(),
@@ -583,6 +613,26 @@ impl Engine<'_> {
 
         // Serial waits are fixed at the loop that issues them, which may be in a caller.
         let (mut file, mut line, mut function, mut code) = (frame.file.clone(), frame.line, frame.function.clone(), self.code(&frame.file, frame.line));
+
+        // Time inside a method of an object built a few lines above, in the same function, by a
+        // known set-up call is that set-up's cost paid lazily (a database connection reads its
+        // schema on the first statement): the fix is where the object is made.
+        let (mut kind, mut rule, mut why, mut fix) = (kind, rule, why, fix);
+        if kind == "hot-call" {
+            if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
+                let spec = &self.kb.entries[e as usize].spec;
+                evidence.insert(0, Evidence {
+                    frame: format!("{} (first use)", code.clone().unwrap_or_default()),
+                    file: file.clone(),
+                    line,
+                    share: line_share,
+                });
+                why = format!("{}; the set-up is finished lazily, so its cost shows at the first use on line {}", spec.why, frame.line);
+                (kind, rule, fix) = (spec.kind.clone(), spec.id.clone(), spec.fix.clone());
+                line = made_at;
+                code = Some(made_code);
+            }
+        }
         let enclosing = loop_here.or(loop_in_caller);
         if kind == "serial-io" {
             if let Some((owner, loop_line)) = enclosing {
@@ -635,6 +685,21 @@ impl Engine<'_> {
             rule,
             enclosing_loop,
         }
+    }
+
+    /// For a line calling `obj.method(...)`, the line above in the same function that made
+    /// `obj` with a call a set-up entry knows, and that entry.
+    fn lazy_setup(&mut self, file: &str, line: u32, called: &[String]) -> Option<(u32, String, u16)> {
+        let path = self.user.resolve(file)?;
+        let receiver = called.iter().find_map(|c| c.rsplit_once('.').map(|(r, _)| r.trim_start_matches("self.").to_owned()))?;
+        let (made_at, made_code) = self.source.assignment_of(&path, line, &receiver)?;
+        let names = called_names(&made_code);
+        let entry = self.kb.entries.iter().position(|e| {
+            e.spec.role == Role::Cost
+                && matches!(e.spec.kind.as_str(), "repeated-setup" | "new-connection-per-request")
+                && names.iter().any(|n| e.matches_call(n))
+        })?;
+        Some((made_at, made_code, entry as u16))
     }
 
     fn push_evidence(&mut self, evidence: &mut Vec<Evidence>, f: FrameId, share: f64) {

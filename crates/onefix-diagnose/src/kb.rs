@@ -72,6 +72,10 @@ pub struct EntrySpec {
     /// works (an event loop waiting for replies to requests it sent), though no line is charged.
     #[serde(default)]
     pub busy_time: bool,
+    /// For idle entries: also matched on any frame (innermost first) of a stack that has no
+    /// user code, such as a server's handler thread waiting for the next request.
+    #[serde(default)]
+    pub anywhere: bool,
     /// Entries whose cost this one brings about when both sit in the same loop (a client built
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]

@@ -46,6 +46,13 @@ pub fn python_module(file: &str) -> String {
 /// `ctx.load_verify_locations` and `load_verify_locations`.
 pub fn called_names(code: &str) -> Vec<String> {
     let mut names = Vec::new();
+    // `with lock:` calls the lock's `__enter__`, that is `acquire`, with no call on the line.
+    let without_comment = code.split('#').next().unwrap_or(code);
+    if let Some(expr) = without_comment.strip_prefix("with ").and_then(|r| r.trim_end().strip_suffix(':')) {
+        if !expr.contains('(') && !expr.contains(" as ") {
+            names.push("acquire".to_owned());
+        }
+    }
     let bytes = code.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -138,6 +145,33 @@ impl SourceCache {
     }
 }
 
+impl SourceCache {
+    /// The line above `line`, within the same function, that assigns `name` from a call
+    /// (`conn = sqlite3.connect(path)`), as (1-based line, trimmed text).
+    pub fn assignment_of(&mut self, path: &Path, line: u32, name: &str) -> Option<(u32, String)> {
+        let lines = self.lines(path)?;
+        let idx = (line as usize).checked_sub(1)?;
+        let indent = indentation(lines.get(idx)?);
+        for i in (0..idx).rev() {
+            let text = &lines[i];
+            let t = text.trim_start();
+            if t.is_empty() {
+                continue;
+            }
+            if (t.starts_with("def ") || t.starts_with("async def ")) && indentation(text) < indent {
+                return None;
+            }
+            let Some((target, value)) = t.split_once('=') else { continue };
+            let target = target.trim();
+            let is_target = target == name || target.strip_prefix("self.") == Some(name) || target.split(',').any(|p| p.trim() == name);
+            if is_target && !value.starts_with('=') && value.contains('(') {
+                return Some((i as u32 + 1, t.to_owned()));
+            }
+        }
+        None
+    }
+}
+
 fn indentation(line: &str) -> usize {
     line.chars()
         .take_while(|c| c.is_whitespace())
@@ -170,6 +204,20 @@ mod tests {
         assert_eq!(called_names("conn = sqlite3.connect(path)"), vec!["sqlite3.connect", "connect"]);
         assert_eq!(called_names("x = a + b"), Vec::<String>::new());
         assert_eq!(called_names("f (g(1))"), vec!["f", "g"]);
+        assert_eq!(called_names("with self._lock:  # guard"), vec!["acquire"]);
+        assert_eq!(called_names("with open(p) as f:"), vec!["open"]);
+    }
+
+    #[test]
+    fn finds_where_a_name_was_made_in_the_same_function() {
+        let dir = std::env::temp_dir().join(format!("onefix-assign-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("db.py");
+        std::fs::write(&path, "def lookup(uid):\n    conn = sqlite3.connect(DB)\n    try:\n        return conn.execute(Q, (uid,)).fetchone()\n    finally:\n        conn.close()\n").unwrap();
+        let mut src = SourceCache::default();
+        assert_eq!(src.assignment_of(&path, 4, "conn"), Some((2, "conn = sqlite3.connect(DB)".to_owned())));
+        assert_eq!(src.assignment_of(&path, 4, "cursor"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -187,6 +235,8 @@ mod tests {
         assert_eq!(src.enclosing_loop(&path, 2), None);
         assert_eq!(src.enclosing_loop(&path, 10), None);
         assert_eq!(src.line(&path, 6).as_deref(), Some("total += work(i)"));
+        assert_eq!(src.assignment_of(&path, 6, "total"), None, "`total = 0` calls nothing");
+        assert_eq!(src.assignment_of(&path, 10, "i"), None, "stops at the function's start");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

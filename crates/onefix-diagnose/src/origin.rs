@@ -93,7 +93,9 @@ impl UserCode {
             return Origin::Stdlib;
         }
         match self.resolve(file) {
-            Some(path) if self.dirs.iter().any(|d| path.starts_with(d)) => Origin::User,
+            // A torn read can yield garbage names (`__doc__`, stray bytes) with no line: only a
+            // real line of a plausible file is the user's code.
+            Some(path) if self.dirs.iter().any(|d| path.starts_with(d)) && frame.line > 0 && !file.chars().any(char::is_control) => Origin::User,
             // Source outside the user's directories and outside any package manager's tree:
             // someone else's code all the same.
             _ => Origin::ThirdParty,
@@ -151,6 +153,7 @@ mod tests {
         assert_eq!(user.origin(&py("/srv/app/worker.py")), Origin::User);
         assert_eq!(user.origin(&py("worker.py")), Origin::User, "relative to the target's cwd");
         assert_eq!(user.origin(&py("./lib/../worker.py")), Origin::User);
+        assert_eq!(user.origin(&Frame::python("f", "/srv/app/__doc__", 0)), Origin::ThirdParty, "a torn read's garbage has no line");
         assert_eq!(user.origin(&py("/usr/lib/python3.11/ssl.py")), Origin::Stdlib);
         assert_eq!(user.origin(&py("/root/.pyenv/versions/3.11.7/lib/python3.11/json/decoder.py")), Origin::Stdlib);
         assert_eq!(user.origin(&py("/srv/app/.venv/lib/python3.11/site-packages/httpx/_client.py")), Origin::ThirdParty, "a venv inside the project is not the user's code");
@@ -167,6 +170,7 @@ mod tests {
         f.file = "/root/.cargo/registry/src/index.crates.io-0000/serde_json-1.0.1/src/de.rs".into();
         assert_eq!(user.origin(&f), Origin::ThirdParty);
         f.file = "/src/agg/src/main.rs".into();
+        f.line = 10;
         assert_eq!(user.origin(&f), Origin::User);
         f.file = "/rustc/abc/library/core/src/fmt/mod.rs".into();
         assert_eq!(user.origin(&f), Origin::Stdlib);

@@ -18,6 +18,11 @@ pub enum Command {
     Record(RecordArgs),
     /// Render a saved recording again: findings and any output format.
     Report(ReportArgs),
+    /// Drive an HTTP server with an open-loop (or closed-loop) load and measure its latency.
+    #[command(after_long_help = onefix_load::template::HELP)]
+    Load(LoadArgs),
+    /// Say whether B is faster than A: two load results (`onefix load --json`), with statistics.
+    Compare(CompareArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -96,6 +101,85 @@ pub struct ReportArgs {
     pub mode: Option<ModeArg>,
     #[command(flatten)]
     pub outputs: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct LoadArgs {
+    /// The URL template: http://HOST:PORT/PATH?QUERY, with {{...}} placeholders in the path and
+    /// query drawn per request (see the template syntax below).
+    #[arg(value_name = "URL_TEMPLATE")]
+    pub url: String,
+    /// Requests per second on a fixed schedule (open loop: latency counts from each request's
+    /// due time), or `max` to send each request as soon as the connection's previous answer
+    /// arrives (closed loop).
+    #[arg(long, short, default_value = "max", value_parser = parse_load_rate)]
+    pub rate: LoadRate,
+    /// How long to send (e.g. 30s, 2m); default 10s, or until --max-requests are done.
+    #[arg(long, short, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Stop after this many requests.
+    #[arg(long = "max-requests", short = 'n', value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_requests: Option<u64>,
+    /// Connections kept open to the server (each has one request in flight at a time).
+    #[arg(long, short, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub connections: u64,
+    /// Worker threads; default one per CPU.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
+    /// HTTP method.
+    #[arg(long, short = 'X', default_value = "GET")]
+    pub method: String,
+    /// A request header, 'Name: value' (repeatable); the value may hold placeholders.
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// The request body template, or @FILE to read it from FILE.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub body: Option<String>,
+    /// Open a new connection for every request (measures the cost of connecting).
+    #[arg(long)]
+    pub new_connection_per_request: bool,
+    /// Limit on each request, connecting included.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Seed of the values the templates draw: the same seed sends the same requests.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the result as JSON (the schema is crates/onefix-load/schema/load-result.schema.json).
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// No progress line, only the summary.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Requests per second, or `None` for `max`.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadRate(pub Option<f64>);
+
+fn parse_load_rate(s: &str) -> Result<LoadRate, String> {
+    if s.trim().eq_ignore_ascii_case("max") {
+        return Ok(LoadRate(None));
+    }
+    let rate: f64 = s
+        .trim()
+        .trim_end_matches("/s")
+        .parse()
+        .map_err(|_| format!("`{s}` is not a rate: give requests per second (e.g. 1000) or `max`"))?;
+    if !(rate.is_finite() && rate > 0.0 && rate <= 1e8) {
+        return Err(format!("the rate must be above 0 and at most 100000000 requests per second, not {s}"));
+    }
+    Ok(LoadRate(Some(rate)))
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// The result before the change (`onefix load --json`).
+    pub a: PathBuf,
+    /// The result after the change.
+    pub b: PathBuf,
+    /// Write the comparison as JSON.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
 }
 
 /// `30s`, `2m`, `1h`, `500ms`, or a number of seconds.

@@ -12,6 +12,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         cli::Command::Record(args) => cmd::record::run(args),
         cli::Command::Report(args) => cmd::report::run(args),
+        cli::Command::Load(args) => cmd::load::run(args),
+        cli::Command::Compare(args) => cmd::compare::run(args),
     };
     match result {
         Ok(code) => code,

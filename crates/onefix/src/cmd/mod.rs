@@ -1,3 +1,5 @@
+pub mod compare;
+pub mod load;
 pub mod outputs;
 pub mod record;
 pub mod report;
