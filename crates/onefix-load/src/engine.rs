@@ -1,0 +1,653 @@
+//! The client loop: worker threads, each a single-threaded tokio runtime driving its share of
+//! the connections, a fixed schedule of due times (open loop) or back-to-back requests (closed
+//! loop), and a monitor that merges per-window histograms into the result.
+//!
+//! Open loop: request number `s` is due at `start + s / rate`, whatever the server's latency.
+//! A connection that is free takes the next request of its thread's share, waits for its due
+//! time (a timerfd, so the send is not late by a millisecond timer tick) and sends it. When every
+//! connection is busy, requests wait and are sent late, and their latency counts from the due
+//! time: the wait a real client would have seen is not omitted.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use tokio::io::unix::AsyncFd;
+
+use crate::http::{Conn, Response};
+use crate::request::{RequestPlan, RequestSpec};
+use crate::stats::{self, Counters, ErrorKind, LoadResult, Window};
+use crate::LoadError;
+
+/// A request due this close ahead is sent now rather than waited for; its latency then counts
+/// from the moment it was sent.
+const EARLY_NS: u64 = 20_000;
+/// How long in-flight requests may finish after an interruption.
+const STOP_GRACE: Duration = Duration::from_millis(1000);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct LoadConfig {
+    pub request: RequestSpec,
+    /// Requests per second (open loop); `None` sends as fast as responses come (closed loop).
+    pub rate: Option<f64>,
+    /// Stop scheduling after this long.
+    pub duration: Option<Duration>,
+    /// Stop after this many requests.
+    pub max_requests: Option<u64>,
+    pub connections: usize,
+    /// Worker threads; 0 picks one per CPU (never more than the connections).
+    pub threads: usize,
+    /// Limit on each request, connecting included.
+    pub timeout: Duration,
+    /// Length of the windows the result is summarised by.
+    pub window: Duration,
+}
+
+impl LoadConfig {
+    pub fn new(url: &str) -> LoadConfig {
+        LoadConfig {
+            request: RequestSpec {
+                url: url.to_string(),
+                method: "GET".to_string(),
+                headers: Vec::new(),
+                body: None,
+                keep_alive: true,
+                seed: 1,
+            },
+            rate: None,
+            duration: Some(Duration::from_secs(10)),
+            max_requests: None,
+            connections: 32,
+            threads: 0,
+            timeout: Duration::from_secs(10),
+            window: Duration::from_secs(1),
+        }
+    }
+
+    fn check(&self) -> Result<(), LoadError> {
+        if let Some(r) = self.rate {
+            if !(r.is_finite() && r > 0.0 && r <= 1e8) {
+                return Err(LoadError::Input(format!("the rate must be a positive number of requests per second (or `max`), not {r}")));
+            }
+        }
+        if self.duration.is_none() && self.max_requests.is_none() {
+            return Err(LoadError::Input("give a duration or a number of requests, or the load would never end".into()));
+        }
+        if self.duration == Some(Duration::ZERO) {
+            return Err(LoadError::Input("the duration must be positive".into()));
+        }
+        if self.max_requests == Some(0) {
+            return Err(LoadError::Input("the number of requests must be at least 1".into()));
+        }
+        if self.connections == 0 || self.connections > 100_000 {
+            return Err(LoadError::Input(format!("the connections must be between 1 and 100000, not {}", self.connections)));
+        }
+        if self.timeout.is_zero() {
+            return Err(LoadError::Input("the timeout must be positive".into()));
+        }
+        if self.window < Duration::from_millis(10) {
+            return Err(LoadError::Input("the window must be at least 10 ms".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Reported after each window while the load runs.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    pub window: Window,
+    pub elapsed_s: f64,
+    pub sent: u64,
+    pub completed: u64,
+    pub errors: u64,
+}
+
+/// Nanoseconds on CLOCK_MONOTONIC (the clock timerfd and `Instant` use).
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Checks up front that something listens at `addr`, within `limit`.
+pub fn check_reachable(addr: SocketAddr, limit: Duration) -> Result<(), LoadError> {
+    match std::net::TcpStream::connect_timeout(&addr, limit) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            Err(LoadError::Unreachable(format!("nothing is listening at {addr} (connection refused)")))
+        }
+        Err(e) if e.kind() == io::ErrorKind::TimedOut || e.kind() == io::ErrorKind::WouldBlock => Err(
+            LoadError::Unreachable(format!("{addr} did not accept a connection within {:.1} s", limit.as_secs_f64())),
+        ),
+        Err(e) => Err(LoadError::Unreachable(format!("cannot connect to {addr}: {}", e.to_string().to_lowercase()))),
+    }
+}
+
+/// Compiles the request, checks that the target listens, and runs the load. `stop` ends the
+/// run early (in-flight requests get a second to finish); `on_window` sees each window.
+pub fn run(
+    cfg: &LoadConfig,
+    stop: Arc<AtomicBool>,
+    on_window: &mut dyn FnMut(&Progress),
+) -> Result<LoadResult, LoadError> {
+    cfg.check()?;
+    let plan = RequestPlan::compile(&cfg.request)?;
+    check_reachable(plan.target.addr, cfg.timeout.min(Duration::from_secs(5)))?;
+    Ok(run_plan(cfg, plan, stop, on_window))
+}
+
+struct Shared {
+    plan: RequestPlan,
+    start_ns: u64,
+    end_ns: Option<u64>,
+    period_ns: Option<f64>,
+    max: u64,
+    connections: u64,
+    timeout: Duration,
+    window_ns: u64,
+    stop: Arc<AtomicBool>,
+    stop_ns: AtomicU64,
+    closed_next: AtomicU64,
+}
+
+struct WindowAcc {
+    sent: u64,
+    completed: u64,
+    errors: u64,
+    hist: Histogram<u64>,
+}
+
+impl WindowAcc {
+    fn new() -> WindowAcc {
+        WindowAcc { sent: 0, completed: 0, errors: 0, hist: stats::new_histogram() }
+    }
+}
+
+struct ThreadStats {
+    c: Counters,
+    corrected: Histogram<u64>,
+    service: Histogram<u64>,
+    end_ns: u64,
+}
+
+enum Msg {
+    Window { thread: usize, index: u64, duration_ns: u64, acc: WindowAcc },
+    Done { thread: usize, stats: Box<ThreadStats> },
+}
+
+/// One worker thread's state, shared by its connection tasks.
+struct Local {
+    sh: Arc<Shared>,
+    thread: usize,
+    slot_base: u64,
+    slots: u64,
+    next: Cell<u64>,
+    stopping: Cell<bool>,
+    inflight: Cell<u64>,
+    window_index: Cell<u64>,
+    stats: RefCell<ThreadStats>,
+    win: RefCell<WindowAcc>,
+    tx: mpsc::Sender<Msg>,
+}
+
+impl Local {
+    /// The next request of this thread's share: its number and due time.
+    fn take_ticket(&self, now: u64) -> Option<(u64, u64)> {
+        if self.stopping.get() {
+            return None;
+        }
+        let sh = &*self.sh;
+        match sh.period_ns {
+            Some(period) => {
+                let m = self.next.get();
+                let seq = self.slot_base + m % self.slots + sh.connections * (m / self.slots);
+                if seq >= sh.max {
+                    return None;
+                }
+                let due = sh.start_ns + (seq as f64 * period) as u64;
+                if sh.end_ns.is_some_and(|end| due >= end) {
+                    return None;
+                }
+                self.next.set(m + 1);
+                Some((seq, due))
+            }
+            None => {
+                if sh.end_ns.is_some_and(|end| now >= end) {
+                    return None;
+                }
+                let seq = sh.closed_next.fetch_add(1, Ordering::Relaxed);
+                if seq >= sh.max {
+                    return None;
+                }
+                Some((seq, now))
+            }
+        }
+    }
+
+    fn flush_window(&self, duration_ns: u64) {
+        let index = self.window_index.get();
+        let acc = std::mem::replace(&mut *self.win.borrow_mut(), WindowAcc::new());
+        let _ = self.tx.send(Msg::Window { thread: self.thread, index, duration_ns, acc });
+        self.window_index.set(index + 1);
+    }
+}
+
+/// Waits for a CLOCK_MONOTONIC instant with a timerfd: wakes within microseconds, where tokio's
+/// timer rounds up to the next millisecond.
+struct PreciseTimer {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl PreciseTimer {
+    fn new() -> io::Result<PreciseTimer> {
+        // SAFETY: timerfd_create returns a new descriptor or -1.
+        let raw = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: raw is a descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: the descriptor is owned by the AsyncFd for as long as it is registered.
+        let fd = unsafe { AsyncFd::register(fd) }.map_err(io::Error::from)?;
+        Ok(PreciseTimer { fd })
+    }
+
+    async fn wait_until(&self, at_ns: u64) {
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: (at_ns / 1_000_000_000) as libc::time_t,
+                tv_nsec: (at_ns % 1_000_000_000) as libc::c_long,
+            },
+        };
+        let fd = self.fd.get_ref().as_raw_fd();
+        // SAFETY: a valid timerfd and itimerspec.
+        let rc = unsafe { libc::timerfd_settime(fd, libc::TFD_TIMER_ABSTIME, &spec, std::ptr::null_mut()) };
+        if rc != 0 {
+            return sleep_until_ns(at_ns).await;
+        }
+        loop {
+            let Ok(mut guard) = self.fd.readable().await else {
+                return sleep_until_ns(at_ns).await;
+            };
+            let mut expirations = 0u64;
+            let read = guard.try_io(|inner| {
+                // SAFETY: reading 8 bytes into a u64 from our timerfd.
+                let n = unsafe { libc::read(inner.get_ref().as_raw_fd(), &mut expirations as *mut u64 as *mut libc::c_void, 8) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(())
+                }
+            });
+            match read {
+                Ok(_) => return,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+async fn sleep_until_ns(at_ns: u64) {
+    let now = mono_ns();
+    if at_ns > now {
+        tokio::time::sleep(Duration::from_nanos(at_ns - now)).await;
+    }
+}
+
+/// Connects when needed, then sends one request and reads its response.
+async fn exchange(conn: &mut Option<Conn>, addr: SocketAddr, req: &[u8], head: bool) -> Result<Response, ErrorKind> {
+    if conn.is_none() {
+        *conn = Some(Conn::connect(addr).await?);
+    }
+    conn.as_mut().expect("connected").round_trip(req, head).await
+}
+
+async fn connection(local: Rc<Local>) {
+    let sh = local.sh.clone();
+    let plan = &sh.plan;
+    let head = plan.is_head();
+    let open = sh.period_ns.is_some();
+    let mut conn: Option<Conn> = None;
+    let mut ctx = plan.new_ctx();
+    let mut buf = Vec::with_capacity(512);
+    let timer = if open { PreciseTimer::new().ok() } else { None };
+    let deadline = tokio::time::sleep(sh.timeout);
+    tokio::pin!(deadline);
+    loop {
+        let now = mono_ns();
+        let Some((seq, due)) = local.take_ticket(now) else { break };
+        if due > now + EARLY_NS {
+            match &timer {
+                Some(t) => t.wait_until(due).await,
+                None => sleep_until_ns(due).await,
+            }
+            if local.stopping.get() {
+                break;
+            }
+        }
+        let req: &[u8] = match &plan.fixed {
+            Some(fixed) => fixed,
+            None => {
+                plan.render_into(&mut ctx, seq, &mut buf);
+                &buf
+            }
+        };
+        let sent_ns = mono_ns();
+        {
+            let mut st = local.stats.borrow_mut();
+            st.c.sent += 1;
+            st.c.bytes_sent += req.len() as u64;
+            local.win.borrow_mut().sent += 1;
+        }
+        local.inflight.set(local.inflight.get() + 1);
+        deadline.as_mut().reset(tokio::time::Instant::now() + sh.timeout);
+        let outcome = tokio::select! {
+            biased;
+            r = exchange(&mut conn, plan.target.addr, req, head) => r,
+            _ = &mut deadline => Err(if conn.is_none() { ErrorKind::ConnectTimeout } else { ErrorKind::Timeout }),
+        };
+        local.inflight.set(local.inflight.get() - 1);
+        let done_ns = mono_ns();
+        let mut st = local.stats.borrow_mut();
+        let mut win = local.win.borrow_mut();
+        if let Some(c) = conn.as_mut() {
+            st.c.bytes_received += std::mem::take(&mut c.bytes_in);
+        }
+        st.end_ns = done_ns;
+        match outcome {
+            Ok(resp) => {
+                if !resp.keep_alive || !plan.keep_alive {
+                    conn = None;
+                }
+                *st.c.status_codes.entry(resp.status).or_default() += 1;
+                if resp.status >= 400 {
+                    st.c.error(ErrorKind::Status(resp.status));
+                    win.errors += 1;
+                } else {
+                    let from = if open { due.min(sent_ns) } else { sent_ns };
+                    let latency_us = ((done_ns - from) / 1000).max(1);
+                    let service_us = ((done_ns - sent_ns) / 1000).max(1);
+                    st.c.completed += 1;
+                    st.corrected.saturating_record(latency_us);
+                    st.service.saturating_record(service_us);
+                    win.completed += 1;
+                    win.hist.saturating_record(latency_us);
+                }
+            }
+            Err(kind) => {
+                conn = None;
+                st.c.error(kind);
+                win.errors += 1;
+                if kind.is_connect() && !open {
+                    // Do not spin on a dead server: each connection retries every 10 ms.
+                    drop(st);
+                    drop(win);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn ticker(local: Rc<Local>) {
+    let sh = local.sh.clone();
+    loop {
+        let boundary = sh.start_ns + (local.window_index.get() + 1) * sh.window_ns;
+        loop {
+            let now = mono_ns();
+            if sh.stop.load(Ordering::Relaxed) && !local.stopping.get() {
+                local.stopping.set(true);
+                let _ = sh.stop_ns.compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+            }
+            if now >= boundary {
+                break;
+            }
+            tokio::time::sleep(Duration::from_nanos((boundary - now).min(50_000_000))).await;
+        }
+        local.flush_window(sh.window_ns);
+    }
+}
+
+fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::Sender<Msg>) {
+    // Precise wake-ups for the schedule: no timer slack on this thread.
+    // SAFETY: prctl with an integer argument.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let local = Rc::new(Local {
+        sh: sh.clone(),
+        thread,
+        slot_base,
+        slots,
+        next: Cell::new(0),
+        stopping: Cell::new(false),
+        inflight: Cell::new(0),
+        window_index: Cell::new(0),
+        stats: RefCell::new(ThreadStats {
+            c: Counters::default(),
+            corrected: stats::new_histogram(),
+            service: stats::new_histogram(),
+            end_ns: sh.start_ns,
+        }),
+        win: RefCell::new(WindowAcc::new()),
+        tx,
+    });
+    let set = tokio::task::LocalSet::new();
+    set.block_on(&rt, async {
+        sleep_until_ns(sh.start_ns).await;
+        let mut handles: Vec<_> =
+            (0..slots).map(|_| tokio::task::spawn_local(connection(local.clone()))).collect();
+        let tick = tokio::task::spawn_local(ticker(local.clone()));
+        let wait_all = async {
+            for h in handles.iter_mut() {
+                let _ = h.await;
+            }
+        };
+        let on_stop = async {
+            loop {
+                if local.stopping.get() {
+                    tokio::time::sleep(STOP_GRACE).await;
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            _ = wait_all => {}
+            _ = on_stop => {}
+        }
+        for h in &handles {
+            h.abort();
+        }
+        tick.abort();
+    });
+    drop(set);
+    let now = mono_ns();
+    let window_start = sh.start_ns + local.window_index.get() * sh.window_ns;
+    local.flush_window(now.saturating_sub(window_start).max(1));
+    let mut st = local.stats.borrow_mut();
+    st.c.unfinished += local.inflight.get();
+    let stats = Box::new(std::mem::replace(
+        &mut *st,
+        ThreadStats { c: Counters::default(), corrected: stats::new_histogram(), service: stats::new_histogram(), end_ns: 0 },
+    ));
+    let _ = local.tx.send(Msg::Done { thread, stats });
+}
+
+struct PendingWindow {
+    reported: Vec<bool>,
+    duration_ns: u64,
+    acc: WindowAcc,
+}
+
+fn run_plan(
+    cfg: &LoadConfig,
+    plan: RequestPlan,
+    stop: Arc<AtomicBool>,
+    on_window: &mut dyn FnMut(&Progress),
+) -> LoadResult {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = if cfg.threads == 0 { cpus } else { cfg.threads }.clamp(1, cfg.connections);
+    let connections = cfg.connections as u64;
+    let window_ns = cfg.window.as_nanos() as u64;
+    // Start a little ahead so that every thread is ready when the schedule begins.
+    let start_ns = mono_ns() + 20_000_000;
+    let sh = Arc::new(Shared {
+        plan,
+        start_ns,
+        end_ns: cfg.duration.map(|d| start_ns + d.as_nanos() as u64),
+        period_ns: cfg.rate.map(|r| 1e9 / r),
+        max: cfg.max_requests.unwrap_or(u64::MAX),
+        connections,
+        timeout: cfg.timeout,
+        window_ns,
+        stop,
+        stop_ns: AtomicU64::new(0),
+        closed_next: AtomicU64::new(0),
+    });
+
+    let (tx, rx) = mpsc::channel();
+    let mut joins = Vec::new();
+    let mut base = 0u64;
+    for t in 0..threads {
+        let slots = connections / threads as u64 + u64::from((t as u64) < connections % threads as u64);
+        let (sh, tx) = (sh.clone(), tx.clone());
+        let slot_base = base;
+        base += slots;
+        joins.push(
+            std::thread::Builder::new()
+                .name(format!("onefix-load-{t}"))
+                .spawn(move || worker(sh, t, slot_base, slots, tx))
+                .expect("spawn a load thread"),
+        );
+    }
+    drop(tx);
+
+    let mut done = vec![false; threads];
+    let mut pending: BTreeMap<u64, PendingWindow> = BTreeMap::new();
+    let mut windows = Vec::new();
+    let mut thread_stats = Vec::new();
+    let (mut sent, mut completed, mut errors) = (0u64, 0u64, 0u64);
+    for msg in rx {
+        match msg {
+            Msg::Window { thread, index, duration_ns, acc } => {
+                let p = pending.entry(index).or_insert_with(|| PendingWindow {
+                    reported: vec![false; threads],
+                    duration_ns: 0,
+                    acc: WindowAcc::new(),
+                });
+                p.reported[thread] = true;
+                p.duration_ns = p.duration_ns.max(duration_ns);
+                p.acc.sent += acc.sent;
+                p.acc.completed += acc.completed;
+                p.acc.errors += acc.errors;
+                let _ = p.acc.hist.add(&acc.hist);
+            }
+            Msg::Done { thread, stats } => {
+                done[thread] = true;
+                thread_stats.push(stats);
+            }
+        }
+        while let Some(entry) = pending.first_entry() {
+            let ready = entry.get().reported.iter().zip(&done).all(|(r, d)| *r || *d);
+            if !ready {
+                break;
+            }
+            let (index, p) = entry.remove_entry();
+            let duration_s = p.duration_ns as f64 / 1e9;
+            let w = Window {
+                start_s: (index * window_ns) as f64 / 1e9,
+                duration_s,
+                sent: p.acc.sent,
+                completed: p.acc.completed,
+                errors: p.acc.errors,
+                rps: if duration_s > 0.0 { p.acc.completed as f64 / duration_s } else { 0.0 },
+                latency_ms: stats::summarize_window(&p.acc.hist),
+            };
+            sent += w.sent;
+            completed += w.completed;
+            errors += w.errors;
+            on_window(&Progress { elapsed_s: w.start_s + w.duration_s, window: w.clone(), sent, completed, errors });
+            // Trailing windows with nothing in them (the drain after an interruption) add nothing.
+            windows.push(w);
+        }
+    }
+    for j in joins {
+        let _ = j.join();
+    }
+    while windows.last().is_some_and(|w| w.sent == 0 && w.completed == 0 && w.errors == 0) && windows.len() > 1 {
+        windows.pop();
+    }
+
+    let mut c = Counters::default();
+    let mut corrected = stats::new_histogram();
+    let mut service = stats::new_histogram();
+    let mut end_ns = start_ns;
+    for s in &thread_stats {
+        c.merge(&s.c);
+        let _ = corrected.add(&s.corrected);
+        let _ = service.add(&s.service);
+        end_ns = end_ns.max(s.end_ns);
+    }
+    let mut elapsed_ns = end_ns - start_ns;
+    let stop_ns = sh.stop_ns.load(Ordering::Relaxed);
+    let (scheduled, unsent) = match sh.period_ns {
+        Some(period) => {
+            let mut horizon = sh.end_ns.unwrap_or(u64::MAX);
+            if stop_ns != 0 {
+                horizon = horizon.min(stop_ns);
+            }
+            let due = if horizon == u64::MAX {
+                u64::MAX
+            } else {
+                ((horizon.saturating_sub(start_ns)) as f64 / period).ceil() as u64
+            };
+            let scheduled = due.min(sh.max);
+            if due < sh.max && horizon != u64::MAX {
+                // The schedule ran to its end: the run lasted at least that long.
+                elapsed_ns = elapsed_ns.max(horizon - start_ns);
+            }
+            (scheduled, scheduled.saturating_sub(c.sent))
+        }
+        None => (c.sent, 0),
+    };
+    let elapsed_s = (elapsed_ns as f64 / 1e9).max(1e-9);
+    let spec = &cfg.request;
+    LoadResult {
+        format: stats::FORMAT.to_string(),
+        url: spec.url.clone(),
+        method: spec.method.clone(),
+        mode: if cfg.rate.is_some() { "open" } else { "closed" }.to_string(),
+        target_rps: cfg.rate,
+        duration_s: cfg.duration.map(|d| d.as_secs_f64()),
+        max_requests: cfg.max_requests,
+        connections,
+        threads: threads as u64,
+        keep_alive: spec.keep_alive,
+        seed: spec.seed,
+        timeout_s: cfg.timeout.as_secs_f64(),
+        elapsed_s,
+        scheduled,
+        sent: c.sent,
+        completed: c.completed,
+        unsent,
+        unfinished: c.unfinished,
+        errors: c.errors(),
+        status_codes: c.status_codes(),
+        achieved_rps: c.completed as f64 / elapsed_s,
+        bytes_sent: c.bytes_sent,
+        bytes_received: c.bytes_received,
+        latency_ms: stats::summarize(&corrected),
+        service_time_ms: stats::summarize(&service),
+        windows,
+    }
+}

@@ -1,0 +1,36 @@
+//! onefix-load: an open-loop HTTP load generator with templated requests, HDR latency
+//! histograms corrected for coordinated omission, and a before/after comparison with statistics.
+//!
+//! - [`template`]: the `{{...}}` placeholders drawn per request from a seeded generator.
+//! - [`request`]: the target and the bytes of each request.
+//! - [`http`]: a lean HTTP/1.1 client connection.
+//! - [`engine`]: worker threads, the schedule, the monitor; [`run`] is the entry point.
+//! - [`stats`]: counters, histograms and the JSON result ([`LoadResult`]).
+//! - [`summary`]: the terminal summary and progress line.
+//! - [`compare`]: two results side by side, Welch's t-test and a bootstrap interval.
+
+pub mod compare;
+pub mod engine;
+pub mod http;
+pub mod request;
+pub mod stats;
+pub mod summary;
+pub mod template;
+
+pub use engine::{check_reachable, run, LoadConfig, Progress};
+pub use request::RequestSpec;
+pub use stats::{ErrorKind, Errors, LatencySummary, LoadResult, Window};
+
+/// The JSON Schema that every `--json` result satisfies.
+pub const RESULT_SCHEMA: &str = include_str!("../schema/load-result.schema.json");
+
+/// Why a load could not run, in one sentence.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// Invalid options, URL or template.
+    #[error("{0}")]
+    Input(String),
+    /// Nothing answers at the target.
+    #[error("{0}")]
+    Unreachable(String),
+}

@@ -1,0 +1,280 @@
+//! What a run measured: counters, HDR latency histograms (memory flat, nothing kept per
+//! request), per-window summaries, and the result written as JSON.
+
+use std::collections::{BTreeMap, HashMap};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// The format tag of a load result; bump the number on an incompatible change.
+pub const FORMAT: &str = "onefix-load-result/1";
+
+/// Why a request did not complete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Nothing listening: the connection was refused.
+    ConnectRefused,
+    /// The connection was not established in time.
+    ConnectTimeout,
+    /// Any other failure to connect (unreachable network, no ports left, ...).
+    ConnectOther,
+    /// No complete response within the timeout.
+    Timeout,
+    /// The server closed or reset the connection before the response was complete.
+    Closed,
+    /// The response was not HTTP (garbage, a malformed head or body framing).
+    Protocol,
+    /// Another I/O error.
+    Io,
+    /// A complete response with a status of 400 or more.
+    Status(u16),
+}
+
+const TRANSPORT_KINDS: usize = 7;
+
+impl ErrorKind {
+    fn index(self) -> Option<usize> {
+        Some(match self {
+            ErrorKind::ConnectRefused => 0,
+            ErrorKind::ConnectTimeout => 1,
+            ErrorKind::ConnectOther => 2,
+            ErrorKind::Timeout => 3,
+            ErrorKind::Closed => 4,
+            ErrorKind::Protocol => 5,
+            ErrorKind::Io => 6,
+            ErrorKind::Status(_) => return None,
+        })
+    }
+
+    pub fn is_connect(self) -> bool {
+        matches!(self, ErrorKind::ConnectRefused | ErrorKind::ConnectTimeout | ErrorKind::ConnectOther)
+    }
+}
+
+/// Errors by kind, as in the JSON result.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Errors {
+    pub total: u64,
+    pub connect_refused: u64,
+    pub connect_timeout: u64,
+    pub connect_other: u64,
+    pub timeout: u64,
+    pub closed: u64,
+    pub protocol: u64,
+    pub io: u64,
+    /// Responses with a status of 400 or more, by status code.
+    pub status: BTreeMap<String, u64>,
+}
+
+impl Errors {
+    /// The non-zero kinds, in a fixed order, with their human names.
+    pub fn kinds(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = [
+            ("connection refused", self.connect_refused),
+            ("connect timeout", self.connect_timeout),
+            ("connect failed", self.connect_other),
+            ("timeout", self.timeout),
+            ("closed by the server", self.closed),
+            ("not HTTP (protocol error)", self.protocol),
+            ("I/O error", self.io),
+        ]
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(k, n)| (k.to_string(), n))
+        .collect();
+        for (code, n) in &self.status {
+            v.push((format!("status {code}"), *n));
+        }
+        v
+    }
+}
+
+/// Latency percentiles and moments, in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub min: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub stddev: f64,
+}
+
+/// One window (a second, by default) of the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Start, in seconds from the start of the run.
+    pub start_s: f64,
+    /// Length in seconds (the last window may be shorter).
+    pub duration_s: f64,
+    pub sent: u64,
+    pub completed: u64,
+    pub errors: u64,
+    /// Completed responses per second in this window.
+    pub rps: f64,
+    /// Latency of the responses completed in this window.
+    pub latency_ms: WindowLatency,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct WindowLatency {
+    pub mean: f64,
+    pub stddev: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// The whole result of a load run: what `--json` writes and `compare` reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadResult {
+    /// Always `onefix-load-result/1`.
+    pub format: String,
+    /// The URL template as given.
+    pub url: String,
+    pub method: String,
+    /// `open` (a fixed schedule at `target_rps`) or `closed` (each connection sends as soon as
+    /// its previous response arrives).
+    pub mode: String,
+    pub target_rps: Option<f64>,
+    pub duration_s: Option<f64>,
+    pub max_requests: Option<u64>,
+    pub connections: u64,
+    pub threads: u64,
+    pub keep_alive: bool,
+    pub seed: u64,
+    pub timeout_s: f64,
+    /// From the start to the last response, in seconds.
+    pub elapsed_s: f64,
+    /// Requests due by the schedule before the end (open loop), or attempted (closed loop).
+    pub scheduled: u64,
+    /// Requests attempted: each ends completed, in error, or unfinished.
+    pub sent: u64,
+    /// Requests answered with a complete response whose status is below 400.
+    pub completed: u64,
+    /// Requests due before the end that were never sent: every connection was busy.
+    pub unsent: u64,
+    /// Requests still in flight when the run was interrupted.
+    pub unfinished: u64,
+    pub errors: Errors,
+    /// Every complete response, by status code.
+    pub status_codes: BTreeMap<String, u64>,
+    /// Completed requests per second over the elapsed time.
+    pub achieved_rps: f64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    /// Latency of completed requests, from the time each was due to be sent (corrected for
+    /// coordinated omission), to the end of its response.
+    pub latency_ms: LatencySummary,
+    /// Latency from the moment each request was actually sent (uncorrected): the server's
+    /// service time as the client saw it.
+    pub service_time_ms: LatencySummary,
+    pub windows: Vec<Window>,
+}
+
+/// Histograms count microseconds, up to an hour, with 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+fn ms(us: f64) -> f64 {
+    us / 1000.0
+}
+
+pub fn summarize(h: &Histogram<u64>) -> LatencySummary {
+    if h.is_empty() {
+        return LatencySummary::default();
+    }
+    LatencySummary {
+        p50: ms(h.value_at_quantile(0.50) as f64),
+        p90: ms(h.value_at_quantile(0.90) as f64),
+        p99: ms(h.value_at_quantile(0.99) as f64),
+        p999: ms(h.value_at_quantile(0.999) as f64),
+        min: ms(h.min() as f64),
+        max: ms(h.max() as f64),
+        mean: ms(h.mean()),
+        stddev: ms(h.stdev()),
+    }
+}
+
+pub fn summarize_window(h: &Histogram<u64>) -> WindowLatency {
+    if h.is_empty() {
+        return WindowLatency::default();
+    }
+    WindowLatency {
+        mean: ms(h.mean()),
+        stddev: ms(h.stdev()),
+        p50: ms(h.value_at_quantile(0.50) as f64),
+        p90: ms(h.value_at_quantile(0.90) as f64),
+        p99: ms(h.value_at_quantile(0.99) as f64),
+        max: ms(h.max() as f64),
+    }
+}
+
+/// Counters kept by one worker thread.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    pub sent: u64,
+    pub completed: u64,
+    pub errors: u64,
+    pub unfinished: u64,
+    pub transport: [u64; TRANSPORT_KINDS],
+    pub bad_status: HashMap<u16, u64>,
+    pub status_codes: HashMap<u16, u64>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+impl Counters {
+    pub fn error(&mut self, kind: ErrorKind) {
+        self.errors += 1;
+        match kind.index() {
+            Some(i) => self.transport[i] += 1,
+            None => {
+                if let ErrorKind::Status(code) = kind {
+                    *self.bad_status.entry(code).or_default() += 1;
+                }
+            }
+        }
+    }
+
+    pub fn merge(&mut self, o: &Counters) {
+        self.sent += o.sent;
+        self.completed += o.completed;
+        self.errors += o.errors;
+        self.unfinished += o.unfinished;
+        for (a, b) in self.transport.iter_mut().zip(o.transport) {
+            *a += b;
+        }
+        for (k, v) in &o.bad_status {
+            *self.bad_status.entry(*k).or_default() += v;
+        }
+        for (k, v) in &o.status_codes {
+            *self.status_codes.entry(*k).or_default() += v;
+        }
+        self.bytes_sent += o.bytes_sent;
+        self.bytes_received += o.bytes_received;
+    }
+
+    pub fn errors(&self) -> Errors {
+        let t = &self.transport;
+        Errors {
+            total: self.errors,
+            connect_refused: t[0],
+            connect_timeout: t[1],
+            connect_other: t[2],
+            timeout: t[3],
+            closed: t[4],
+            protocol: t[5],
+            io: t[6],
+            status: self.bad_status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        }
+    }
+
+    pub fn status_codes(&self) -> BTreeMap<String, u64> {
+        self.status_codes.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+}
