@@ -454,3 +454,26 @@ fn unseen_programs_put_the_planted_line_at_rank_one() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+#[test]
+fn no_permission_says_how_to_fix_it() {
+    // Needs root to run onefix as another user against a root-owned target.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("runuser").arg("--help").output().is_err() {
+        eprintln!("skipped: needs root and runuser");
+        return;
+    }
+    let s = Scratch::new("perm");
+    let (mut target, _) = spawn_spinner(&s);
+    let out = Command::new("runuser")
+        .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_onefix"), "record", "-o", "/tmp/onefix-perm-test.onefix", "--pid"])
+        .arg(target.id().to_string())
+        .output()
+        .unwrap();
+    target.kill().unwrap();
+    target.wait().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("permission denied") && err.contains("ptrace_scope") && err.contains("SYS_PTRACE"), "{err}");
+    assert!(target.try_wait().unwrap().is_some());
+}
