@@ -149,7 +149,7 @@ fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64) {
         let frame = profile.intern_frame(convert_frame(f));
         stack = Some(profile.intern_stack_node(stack, frame));
     }
-    profile.samples.push(Sample {
+    profile.push_sample(Sample {
         time_us,
         thread,
         stack,

@@ -116,13 +116,14 @@ mod tests {
         let mut profile = Profile::new(Meta::default());
         let mut writer = RecordingWriter::new(Vec::new(), &profile.meta).unwrap();
         let schedule = Schedule { rate_hz: 1000.0, duration: None, flush_every: Duration::from_millis(5), seed: 1 };
-        let out = record(&mut sampler, &mut profile, Some(&mut writer), &schedule, &AtomicBool::new(false), |_| {});
+        let out = record(&mut sampler, &mut profile, Some(&mut writer), &schedule, &AtomicBool::new(false), |p| {
+            assert!(p.samples.is_empty(), "each flush moves the samples to disk");
+        });
         assert_eq!(out.reason, StopReason::TargetExited);
-        assert_eq!(profile.samples.len(), 30);
-        let bytes = writer.finish(&profile).unwrap();
+        let bytes = writer.finish(&mut profile).unwrap();
         let back = recording::read_recording(&bytes[..]).unwrap();
         assert!(back.complete);
-        assert_eq!(back.profile.samples.len(), 30);
+        assert_eq!(back.profile.sample_count(), 30);
         assert_eq!(back.profile.meta.stats.ticks, profile.meta.stats.ticks);
     }
 

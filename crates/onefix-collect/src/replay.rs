@@ -33,7 +33,7 @@ impl Sampler for ReplaySampler<'_> {
                 let id = profile.intern_frame(self.source.frame(frame).clone());
                 stack = Some(profile.intern_stack_node(stack, id));
             }
-            profile.samples.push(Sample { thread, stack, ..*s });
+            profile.push_sample(Sample { thread, stack, ..*s });
             self.next += 1;
             added += 1;
         }

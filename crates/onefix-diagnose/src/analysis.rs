@@ -214,7 +214,7 @@ impl Engine<'_> {
         let profile = self.profile;
         let mode = opts.mode;
         let end_us = profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0);
-        let window_us = if end_us >= 10_000_000 { 1_000_000 } else { (end_us / 10).max(50_000) };
+        let window_us = if end_us >= 10_000_000 { 1_000_000 } else { (end_us / 10).max(onefix_model::MERGE_SPAN_US) };
         let nwindows = (end_us / window_us + 1) as usize;
 
         // Pass 1: how much of each thread is parked, and how. A parked sample is never a cost;
@@ -401,7 +401,7 @@ impl Engine<'_> {
             Mode::Wall => "wall time of the busy threads",
             Mode::Cpu => "CPU time",
         };
-        if idle_weight > 0 && total_weight > 0 {
+        if idle_weight > 0 && idle_weight * 100 >= total_weight {
             notes.insert(0, format!(
                 "threads idle for want of work (waiting on a queue, for connections, or for other threads): {:.0}% of the sampled time, not counted as cost",
                 idle_weight as f64 * 100.0 / total_weight as f64

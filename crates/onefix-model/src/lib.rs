@@ -9,7 +9,7 @@ pub mod recording;
 mod tree;
 
 pub use profile::{
-    Frame, FrameId, FrameKind, Language, Meta, Mode, Profile, Sample, SamplingStats, StackId,
+    Frame, FrameId, FrameKind, Language, Meta, Mode, Profile, MERGE_SPAN_US, Sample, SamplingStats, StackId,
     Target, TargetExit, ThreadId, ThreadInfo, ThreadState, WeightUnit,
 };
 pub use tree::{CallTree, CallTreeNode, NodeId};

@@ -250,7 +250,13 @@ pub struct Profile {
     threads: Vec<ThreadInfo>,
     thread_index: HashMap<(u32, u64), ThreadId>,
     pub samples: Vec<Sample>,
+    /// Index in `samples` of each thread's latest sample, for [`Profile::push_sample`].
+    latest: HashMap<ThreadId, usize>,
 }
+
+/// Consecutive samples of a thread with the same stack and state within this span are kept
+/// as one, with their weights added: a steady thread costs memory per span, not per tick.
+pub const MERGE_SPAN_US: u64 = 100_000;
 
 impl Profile {
     pub fn new(meta: Meta) -> Profile {
@@ -288,6 +294,39 @@ impl Profile {
         self.stack_frame.push(frame);
         self.stack_index.insert((parent, frame), id);
         id
+    }
+
+    /// Appends a sample, folding it into the thread's previous one when the stack and state are
+    /// the same and both fall in the same [`MERGE_SPAN_US`] span.
+    pub fn push_sample(&mut self, sample: Sample) {
+        if let Some(&i) = self.latest.get(&sample.thread) {
+            let prev = &mut self.samples[i];
+            if prev.stack == sample.stack
+                && prev.state == sample.state
+                && prev.time_us / MERGE_SPAN_US == sample.time_us / MERGE_SPAN_US
+            {
+                prev.weight = prev.weight.saturating_add(sample.weight);
+                return;
+            }
+        }
+        self.latest.insert(sample.thread, self.samples.len());
+        self.samples.push(sample);
+    }
+
+    /// Removes and returns the samples held, keeping the tables: what a recording does once a
+    /// batch is on disk, so that memory does not grow with the length of the recording.
+    pub fn take_samples(&mut self) -> Vec<Sample> {
+        self.latest.clear();
+        std::mem::take(&mut self.samples)
+    }
+
+    /// Observations taken: for time profiles the sum of the weights (merged samples count
+    /// once per tick), otherwise the number of samples.
+    pub fn sample_count(&self) -> u64 {
+        match self.meta.weight_unit {
+            WeightUnit::Samples { .. } => self.samples.iter().map(|s| s.weight as u64).sum(),
+            WeightUnit::Bytes => self.samples.len() as u64,
+        }
     }
 
     /// Finds or adds a thread; a name seen later fills in a missing one.
@@ -423,6 +462,27 @@ mod tests {
         assert_eq!(p.thread(t).name.as_deref(), Some("worker"));
         assert_eq!(p.intern_thread(1, 7, Some("other")), t);
         assert_eq!(p.thread(t).name.as_deref(), Some("worker"));
+    }
+
+    #[test]
+    fn steady_samples_merge_within_a_span_only() {
+        let mut p = Profile::new(Meta::default());
+        let t = p.intern_thread(1, 1, None);
+        let u = p.intern_thread(1, 2, None);
+        let f = p.intern_frame(Frame::python("f", "a.py", 1));
+        let s = p.intern_stack([f]);
+        let at = |time_us, thread| Sample { time_us, thread, stack: s, state: ThreadState::new(true, false), weight: 1 };
+        p.push_sample(at(0, t));
+        p.push_sample(at(10_000, u));
+        p.push_sample(at(20_000, t));
+        p.push_sample(at(MERGE_SPAN_US + 1, t));
+        p.push_sample(Sample { state: ThreadState::new(false, false), ..at(MERGE_SPAN_US + 2, t) });
+        assert_eq!(p.samples.len(), 4, "{:?}", p.samples);
+        assert_eq!(p.samples[0].weight, 2, "other threads' samples in between do not break a run");
+        assert_eq!(p.sample_count(), 5);
+        assert_eq!(p.take_samples().len(), 4);
+        p.push_sample(at(MERGE_SPAN_US + 3, t));
+        assert_eq!(p.samples.len(), 1, "nothing merges into samples already taken");
     }
 
     #[test]

@@ -56,7 +56,6 @@ pub struct RecordingWriter<W: Write> {
     frames_done: usize,
     stacks_done: usize,
     threads_done: usize,
-    samples_done: usize,
     bytes: u64,
 }
 
@@ -69,7 +68,6 @@ impl<W: Write> RecordingWriter<W> {
             frames_done: 0,
             stacks_done: 0,
             threads_done: 0,
-            samples_done: 0,
             bytes: 12,
         };
         w.chunk(TAG_META, meta)?;
@@ -77,33 +75,30 @@ impl<W: Write> RecordingWriter<W> {
         Ok(w)
     }
 
-    /// Writes everything the profile gained since the previous call, and flushes.
-    pub fn write_batch(&mut self, profile: &Profile) -> io::Result<()> {
+    /// Writes everything the profile gained since the previous call and flushes; the samples
+    /// written are taken out of the profile, which keeps only its tables in memory.
+    pub fn write_batch(&mut self, profile: &mut Profile) -> io::Result<()> {
         let (frames, stacks, threads) = profile.table_lens();
-        if frames == self.frames_done
-            && stacks == self.stacks_done
-            && threads == self.threads_done
-            && profile.samples.len() == self.samples_done
-        {
+        if frames == self.frames_done && stacks == self.stacks_done && threads == self.threads_done && profile.samples.is_empty() {
             return Ok(());
         }
         let batch = Batch {
             frames: profile.frames()[self.frames_done..].to_vec(),
             stacks: profile.stacks_from(self.stacks_done),
             threads: profile.threads()[self.threads_done..].to_vec(),
-            samples: profile.samples[self.samples_done..].to_vec(),
+            samples: profile.samples.clone(),
         };
         self.chunk(TAG_BATCH, &batch)?;
         self.out.flush()?;
+        profile.take_samples();
         self.frames_done = frames;
         self.stacks_done = stacks;
         self.threads_done = threads;
-        self.samples_done = profile.samples.len();
         Ok(())
     }
 
     /// Writes what is left and the final metadata, marking the recording complete.
-    pub fn finish(mut self, profile: &Profile) -> io::Result<W> {
+    pub fn finish(mut self, profile: &mut Profile) -> io::Result<W> {
         self.write_batch(profile)?;
         self.chunk(TAG_END, &profile.meta)?;
         self.out.flush()?;
@@ -280,7 +275,7 @@ fn read_up_to<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{Frame, ThreadState};
+    use crate::profile::{Frame, ThreadState, MERGE_SPAN_US};
 
     fn sample_profile() -> Profile {
         let mut p = Profile::new(Meta {
@@ -292,8 +287,8 @@ mod tests {
         let b = p.intern_frame(Frame::python("f", "/app/a.py", 7));
         let stack = p.intern_stack([a, b]);
         for i in 0..5 {
-            p.samples.push(Sample {
-                time_us: i * 10_000,
+            p.push_sample(Sample {
+                time_us: i * MERGE_SPAN_US,
                 thread: t,
                 stack,
                 state: ThreadState::new(true, true),
@@ -304,11 +299,13 @@ mod tests {
     }
 
     fn write_in_two_batches(p: &Profile) -> Vec<u8> {
-        let mut first = p.clone();
-        first.samples.truncate(2);
+        let mut live = p.clone();
+        let rest = live.samples.split_off(2);
         let mut w = RecordingWriter::new(Vec::new(), &p.meta).unwrap();
-        w.write_batch(&first).unwrap();
-        w.finish(p).unwrap()
+        w.write_batch(&mut live).unwrap();
+        assert!(live.samples.is_empty(), "written samples leave memory");
+        live.samples = rest;
+        w.finish(&mut live).unwrap()
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub fn write_json<W: Write>(w: W, profile: &Profile, diagnosis: &Diagnosis, opts
         },
         mode: meta.mode.as_str(),
         duration_s: round_to(meta.duration_s, 3),
-        samples: profile.samples.len(),
+        samples: profile.sample_count() as usize,
         findings: diagnosis.findings.iter().map(finding_json).collect(),
         unit: match meta.weight_unit {
             WeightUnit::Samples { .. } => "samples",

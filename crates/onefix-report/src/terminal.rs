@@ -114,7 +114,7 @@ impl Summary<'_> {
         }
         let first = format!(
             "onefix: {} samples over {} ({what}) of {target}",
-            thousands(self.profile.samples.len() as u64),
+            thousands(self.profile.sample_count()),
             describe::seconds(meta.duration_s),
         );
         let mut lines = vec![self.style.bold(&first)];

@@ -58,7 +58,7 @@ fn report_keeps_the_contract() {
     let profile = updater_profile();
     let report = report(&profile, &updater_diagnosis());
     check_contract(&report);
-    assert_eq!(report["samples"], profile.samples.len());
+    assert_eq!(report["samples"], profile.sample_count());
     assert_eq!(report["target"]["argv"], serde_json::json!(["python3", "updater.py", "--batch", "50"]));
     assert_eq!(report["target"]["language"], "python");
     assert_eq!(report["mode"], "wall");

@@ -1,7 +1,7 @@
 //! `onefix record`: start or attach, sample until the end, save, diagnose, report.
 
 use std::fs::File;
-use std::io::{BufWriter, IsTerminal};
+use std::io::{BufReader, BufWriter, IsTerminal};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Schedule, StopReason};
-use onefix_model::recording::RecordingWriter;
+use onefix_model::recording::{read_recording, RecordingWriter};
 use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit};
 
 use crate::cli::RecordArgs;
@@ -108,9 +108,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let outcome = record(&mut sampler, &mut profile, Some(&mut writer), &schedule, &INTERRUPTED, |p| {
         if progress {
             eprint!(
-                "\ronefix: {:.0} s, {} samples, {} read errors   ",
+                "\ronefix: {:.0} s, {} reads, {} read errors   ",
                 started.elapsed().as_secs_f64(),
-                p.samples.len(),
+                p.meta.stats.ticks,
                 p.meta.stats.errors
             );
         }
@@ -135,24 +135,28 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         None => TargetExit::Unknown,
     });
 
-    let saved = match outcome.write_error {
+    // The samples are on disk, batch by batch; read them back for the report. Whatever the
+    // file could not take (disk full) is still in memory and is added to what it holds.
+    let unwritten = match outcome.write_error {
         Some(e) => {
-            eprintln!(
-                "onefix: the recording {} stopped being written ({e}); it holds what came before, and this report covers all {} samples",
-                output.display(),
-                profile.samples.len()
-            );
-            false
+            eprintln!("onefix: the recording {} stopped being written ({e}); it holds what came before", output.display());
+            profile.take_samples()
         }
-        None => match writer.finish(&profile) {
-            Ok(_) => true,
+        None => match writer.finish(&mut profile) {
+            Ok(_) => Vec::new(),
             Err(e) => {
                 eprintln!("onefix: could not finish the recording {} ({e}); it holds what came before", output.display());
-                false
+                profile.take_samples()
             }
         },
     };
-    if profile.samples.is_empty() {
+    let saved = unwritten.is_empty();
+    let on_disk = File::open(&output).ok().and_then(|f| read_recording(BufReader::new(f)).ok());
+    // The file's tables are a prefix of the in-memory ones (same interning order), so its
+    // samples refer to the same frames, stacks and threads.
+    profile.samples = on_disk.map(|l| l.profile.samples).unwrap_or_default();
+    profile.samples.extend(unwritten);
+    if profile.sample_count() == 0 {
         bail!("no sample was taken: the target exited before the first read{}", exit_note(&profile.meta.exit));
     }
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);

@@ -16,7 +16,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         eprintln!(
             "onefix: {} ends early (the profiler was stopped before it finished writing); reporting the {} samples it holds",
             path.display(),
-            loaded.profile.samples.len()
+            loaded.profile.sample_count()
         );
     }
     let profile = loaded.profile;
