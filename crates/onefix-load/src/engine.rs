@@ -4,7 +4,8 @@
 //!
 //! Open loop: request number `s` is due at `start + s / rate`, whatever the server's latency.
 //! A connection that is free takes the next request of its thread's share, waits for its due
-//! time (a timerfd, so the send is not late by a millisecond timer tick) and sends it. When every
+//! time (a timerfd on a 100 µs grid, so the send is not late by a millisecond timer tick, and
+//! one wake-up serves every request due in the same step) and sends it. When every
 //! connection is busy, requests wait and are sent late, and their latency counts from the due
 //! time: the wait a real client would have seen is not omitted.
 
@@ -26,9 +27,11 @@ use crate::request::{RequestPlan, RequestSpec};
 use crate::stats::{self, Counters, ErrorKind, LoadResult, Window};
 use crate::LoadError;
 
-/// A request due this close ahead is sent now rather than waited for; its latency then counts
-/// from the moment it was sent.
-const EARLY_NS: u64 = 20_000;
+/// Connections wake on a grid of this step, a little before their requests' due times: the
+/// thread wakes once for all the requests due in a step (at high rates a wake-up per request
+/// would cost more than the request). A request sent early counts its latency from the moment
+/// it was sent, one sent late from its due time.
+const WAKE_GRID_NS: u64 = 100_000;
 /// How long in-flight requests may finish after an interruption.
 const STOP_GRACE: Duration = Duration::from_millis(1000);
 
@@ -145,6 +148,20 @@ pub fn run(
     Ok(run_plan(cfg, plan, stop, on_window))
 }
 
+/// Each connection needs a socket and, in the open loop, a timerfd: lift the soft limit on open
+/// files as far as the hard limit allows.
+fn raise_fd_limit(connections: u64) {
+    let need = (connections * 2 + 256) as libc::rlim_t;
+    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 && rl.rlim_cur < need {
+            rl.rlim_cur = need.min(rl.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &rl);
+        }
+    }
+}
+
 struct Shared {
     plan: RequestPlan,
     start_ns: u64,
@@ -214,7 +231,9 @@ impl Local {
                     return None;
                 }
                 let due = sh.start_ns + (seq as f64 * period) as u64;
-                if sh.end_ns.is_some_and(|end| due >= end) {
+                // Past the end nothing more is sent, not even requests that fell behind: those
+                // are counted as unsent.
+                if sh.end_ns.is_some_and(|end| due >= end || now >= end) {
                     return None;
                 }
                 self.next.set(m + 1);
@@ -290,7 +309,12 @@ impl PreciseTimer {
                 }
             });
             match read {
-                Ok(_) => return,
+                Ok(_) => {
+                    // The one-shot timer is spent: the next arming brings a new edge, so the
+                    // next wait need not try a read that would only say "not yet".
+                    guard.clear_ready();
+                    return;
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -305,11 +329,17 @@ async fn sleep_until_ns(at_ns: u64) {
 }
 
 /// Connects when needed, then sends one request and reads its response.
+/// A kept-alive connection the server closed while it was idle is replaced, and the request
+/// sent again once, as browsers and HTTP libraries do.
 async fn exchange(conn: &mut Option<Conn>, addr: SocketAddr, req: &[u8], head: bool) -> Result<Response, ErrorKind> {
-    if conn.is_none() {
-        *conn = Some(Conn::connect(addr).await?);
+    if let Some(c) = conn.as_mut() {
+        match c.round_trip(req, head).await {
+            Err(ErrorKind::Closed) if c.went_stale() => *conn = None,
+            other => return other,
+        }
     }
-    conn.as_mut().expect("connected").round_trip(req, head).await
+    let c = conn.insert(Conn::connect(addr).await?);
+    c.round_trip(req, head).await
 }
 
 async fn connection(local: Rc<Local>) {
@@ -326,10 +356,11 @@ async fn connection(local: Rc<Local>) {
     loop {
         let now = mono_ns();
         let Some((seq, due)) = local.take_ticket(now) else { break };
-        if due > now + EARLY_NS {
+        let wake = due - due % WAKE_GRID_NS;
+        if wake > now {
             match &timer {
-                Some(t) => t.wait_until(due).await,
-                None => sleep_until_ns(due).await,
+                Some(t) => t.wait_until(wake).await,
+                None => sleep_until_ns(wake).await,
             }
             if local.stopping.get() {
                 break;
@@ -358,43 +389,45 @@ async fn connection(local: Rc<Local>) {
         };
         local.inflight.set(local.inflight.get() - 1);
         let done_ns = mono_ns();
-        let mut st = local.stats.borrow_mut();
-        let mut win = local.win.borrow_mut();
-        if let Some(c) = conn.as_mut() {
-            st.c.bytes_received += std::mem::take(&mut c.bytes_in);
-        }
-        st.end_ns = done_ns;
-        match outcome {
-            Ok(resp) => {
-                if !resp.keep_alive || !plan.keep_alive {
+        let back_off = {
+            let mut st = local.stats.borrow_mut();
+            let mut win = local.win.borrow_mut();
+            if let Some(c) = conn.as_mut() {
+                st.c.bytes_received += std::mem::take(&mut c.bytes_in);
+            }
+            st.end_ns = done_ns;
+            match outcome {
+                Ok(resp) => {
+                    if !resp.keep_alive || !plan.keep_alive {
+                        conn = None;
+                    }
+                    *st.c.status_codes.entry(resp.status).or_default() += 1;
+                    if resp.status >= 400 {
+                        st.c.error(ErrorKind::Status(resp.status));
+                        win.errors += 1;
+                    } else {
+                        let from = if open { due.min(sent_ns) } else { sent_ns };
+                        let latency_us = ((done_ns - from) / 1000).max(1);
+                        let service_us = ((done_ns - sent_ns) / 1000).max(1);
+                        st.c.completed += 1;
+                        st.corrected.saturating_record(latency_us);
+                        st.service.saturating_record(service_us);
+                        win.completed += 1;
+                        win.hist.saturating_record(latency_us);
+                    }
+                    false
+                }
+                Err(kind) => {
                     conn = None;
-                }
-                *st.c.status_codes.entry(resp.status).or_default() += 1;
-                if resp.status >= 400 {
-                    st.c.error(ErrorKind::Status(resp.status));
+                    st.c.error(kind);
                     win.errors += 1;
-                } else {
-                    let from = if open { due.min(sent_ns) } else { sent_ns };
-                    let latency_us = ((done_ns - from) / 1000).max(1);
-                    let service_us = ((done_ns - sent_ns) / 1000).max(1);
-                    st.c.completed += 1;
-                    st.corrected.saturating_record(latency_us);
-                    st.service.saturating_record(service_us);
-                    win.completed += 1;
-                    win.hist.saturating_record(latency_us);
+                    kind.is_connect() && !open
                 }
             }
-            Err(kind) => {
-                conn = None;
-                st.c.error(kind);
-                win.errors += 1;
-                if kind.is_connect() && !open {
-                    // Do not spin on a dead server: each connection retries every 10 ms.
-                    drop(st);
-                    drop(win);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-            }
+        };
+        if back_off {
+            // Do not spin on a dead server: each connection retries every 10 ms.
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 }
@@ -498,6 +531,7 @@ fn run_plan(
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = if cfg.threads == 0 { cpus } else { cfg.threads }.clamp(1, cfg.connections);
     let connections = cfg.connections as u64;
+    raise_fd_limit(connections);
     let window_ns = cfg.window.as_nanos() as u64;
     // Start a little ahead so that every thread is ready when the schedule begins.
     let start_ns = mono_ns() + 20_000_000;

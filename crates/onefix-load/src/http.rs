@@ -27,6 +27,10 @@ pub struct Conn {
     filled: usize,
     /// Bytes read from the server on this connection.
     pub bytes_in: u64,
+    /// Bytes read for the current response.
+    response_bytes: u64,
+    /// Responses read whole on this connection.
+    served: u64,
 }
 
 fn classify_connect(e: &io::Error) -> ErrorKind {
@@ -60,7 +64,13 @@ impl Conn {
     pub async fn connect(addr: SocketAddr) -> Result<Conn, ErrorKind> {
         let stream = TcpStream::connect(addr).await.map_err(|e| classify_connect(&e))?;
         let _ = stream.set_nodelay(true);
-        Ok(Conn { stream, buf: vec![0; INITIAL_BUF], filled: 0, bytes_in: 0 })
+        Ok(Conn { stream, buf: vec![0; INITIAL_BUF], filled: 0, bytes_in: 0, response_bytes: 0, served: 0 })
+    }
+
+    /// True after a failure on a kept-alive connection before any byte of the answer: the
+    /// server had closed it while idle, and the request may be sent again on a new one.
+    pub fn went_stale(&self) -> bool {
+        self.served > 0 && self.response_bytes == 0
     }
 
     async fn read_more(&mut self) -> Result<usize, ErrorKind> {
@@ -74,6 +84,7 @@ impl Conn {
             Ok(n) => {
                 self.filled += n;
                 self.bytes_in += n as u64;
+                self.response_bytes += n as u64;
                 Ok(n)
             }
             Err(e) => Err(classify_io(&e)),
@@ -88,6 +99,7 @@ impl Conn {
 
     /// Sends one request and reads its response to the end.
     pub async fn round_trip(&mut self, request: &[u8], head_request: bool) -> Result<Response, ErrorKind> {
+        self.response_bytes = 0;
         self.stream.write_all(request).await.map_err(|e| classify_io(&e))?;
         self.filled = 0;
         loop {
@@ -99,6 +111,7 @@ impl Conn {
                 continue;
             }
             let keep_alive = self.read_body(hlen, framing).await? && keep_alive;
+            self.served += 1;
             return Ok(Response { status, keep_alive });
         }
     }

@@ -185,7 +185,7 @@ impl RequestPlan {
         };
         let literal = plan.path.is_literal()
             && plan.headers.iter().all(|(_, v)| v.is_literal())
-            && plan.body.as_ref().map_or(true, |b| b.is_literal());
+            && !plan.body.as_ref().is_some_and(|b| b.has_placeholders());
         if literal {
             let mut ctx = plan.new_ctx();
             let mut out = Vec::new();

@@ -30,7 +30,7 @@ pub const HELP: &str = "\
 Templates: the URL's path and query, header values and the body may hold placeholders, drawn
 anew for every request:
   {{int A B}}               an integer from A to B (both included)
-  {{choice a b \"c d\"}}     one of the words (double quotes keep spaces in one word)
+  {{choice a b \"c d\"}}      one of the words (double quotes keep spaces in one word)
   {{line FILE}}             one of the non-empty lines of FILE; {{line FILE urlencode}} encodes it
   {{bytes N ENC}}           N random bytes as hex, urlencode, base64 or base64url
   {{uuid}}                  a random version-4 UUID
@@ -220,7 +220,7 @@ impl Compiler {
                 Some(i) => {
                     if i > 0 {
                         check_literal(&rest[..i], place)?;
-                        segs.push(Seg::Lit(rest[..i].as_bytes().into()));
+                        segs.push(Seg::Lit(rest.as_bytes()[..i].into()));
                     }
                     let inner_start = i + 2;
                     let Some(len) = rest[inner_start..].find("}}") else {
@@ -241,7 +241,6 @@ impl Compiler {
                 }
             }
         }
-        // Merge adjacent literals (a `{{choice {{}}` escape is kept as a one-value choice).
         Ok(Template { segs })
     }
 
@@ -252,7 +251,7 @@ impl Compiler {
             let name = trimmed[..eq].trim();
             if is_name(name) && !is_keyword(name) {
                 if self.vars.iter().any(|v| v == name) {
-                    return err(format!("the variable `{name}` is already defined"));
+                    return err(format!("the variable `{name}` is already defined: write `{{{{{name}}}}}` to repeat its value"));
                 }
                 let words = tokenize(&trimmed[eq + 1..])?;
                 let gen = self.generator(&words, place)?;
@@ -677,7 +676,7 @@ mod tests {
         assert_eq!(hex.len(), 40);
         assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()));
         let url = render("{{bytes 20 urlencode}}", 1);
-        let decoded = url.matches('%').count() * 1 + (url.len() - 3 * url.matches('%').count());
+        let decoded = url.matches('%').count() + (url.len() - 3 * url.matches('%').count());
         assert_eq!(decoded, 20, "{url}");
         assert_eq!(render("{{bytes 3 base64}}", 2).len(), 4);
         assert_eq!(render("{{bytes 4 base64}}", 2).len(), 8);

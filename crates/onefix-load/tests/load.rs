@@ -66,9 +66,9 @@ fn open_loop_keeps_to_the_schedule() {
     assert_eq!(r.completed, 1500);
     assert_eq!(r.unsent, 0);
     assert!(took >= Duration::from_millis(1450) && took < Duration::from_secs(4), "{took:?}");
-    assert!((r.achieved_rps - 1000.0).abs() < 50.0, "{}", r.achieved_rps);
+    assert!(r.achieved_rps > 900.0 && r.achieved_rps < 1010.0, "{}", r.achieved_rps);
     assert_eq!(r.windows.len(), 2);
-    assert!((r.windows[0].rps - 1000.0).abs() < 100.0, "{:?}", r.windows[0]);
+    assert!(r.windows[0].rps > 800.0 && r.windows[0].rps < 1100.0, "{:?}", r.windows[0]);
     balanced(&r);
 }
 
@@ -114,8 +114,38 @@ fn latency_counts_from_the_due_time_when_the_server_stalls() {
     assert!(r.latency_ms.p90 >= 10.0, "{:?}", r.latency_ms);
     // Measured from the actual send, only the few requests caught in flight saw the stall.
     assert!(r.service_time_ms.max >= 150.0, "{:?}", r.service_time_ms);
-    assert!(r.service_time_ms.p90 < 10.0, "{:?}", r.service_time_ms);
-    assert!(r.service_time_ms.p99 < r.latency_ms.p99 / 5.0, "{:?} {:?}", r.service_time_ms, r.latency_ms);
+    assert!(r.service_time_ms.p90 < r.latency_ms.p90 / 2.0, "{:?} {:?}", r.service_time_ms, r.latency_ms);
+    assert!(r.service_time_ms.p99 < r.latency_ms.p99 / 2.0, "{:?} {:?}", r.service_time_ms, r.latency_ms);
+}
+
+#[test]
+fn an_overloaded_open_loop_stops_at_the_end_and_counts_what_it_could_not_send() {
+    // 2 connections, 20 ms a request: 100 requests/s at most, against 1,000 asked for.
+    let server = support::hyper_server(
+        false,
+        Arc::new(|_, _| {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                (200, "slow")
+            })
+        }),
+    );
+    let mut cfg = config(&server.url("/"));
+    cfg.connections = 2;
+    cfg.rate = Some(1000.0);
+    cfg.duration = Some(Duration::from_secs(1));
+    let started = Instant::now();
+    let r = load(&cfg);
+    assert!(started.elapsed() < Duration::from_millis(1500), "{:?}", started.elapsed());
+    assert_eq!(r.scheduled, 1000);
+    assert_eq!(r.sent + r.unsent, 1000);
+    assert!(r.sent < 150 && r.unsent > 850, "{} {}", r.sent, r.unsent);
+    // Those sent waited ever longer behind the ones before them.
+    assert!(r.latency_ms.max > 700.0, "{:?}", r.latency_ms);
+    assert!(r.service_time_ms.p99 < 100.0, "{:?}", r.service_time_ms);
+    let text = onefix_load::summary::render(&r);
+    assert!(text.contains("never sent: every connection was busy"), "{text}");
+    balanced(&r);
 }
 
 #[test]
@@ -164,6 +194,18 @@ fn connections_closed_without_an_answer_are_counted_as_closed() {
     cfg.max_requests = Some(20);
     let r = load(&cfg);
     assert_eq!(r.errors.closed, 20, "{:?}", r.errors);
+}
+
+#[test]
+fn kept_alive_connections_the_server_closed_are_replaced_without_an_error() {
+    // Answers as if keeping the connection alive, then closes it: what a server's idle timeout
+    // does to a client's pooled connection.
+    let server = support::raw_server(true, |_| Some(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok".to_vec()));
+    let mut cfg = config(&format!("http://{}/", server.addr));
+    cfg.max_requests = Some(100);
+    let r = load(&cfg);
+    assert_eq!(r.completed, 100, "{:?}", r.errors);
+    assert_eq!(r.errors.total, 0);
 }
 
 #[test]

@@ -477,3 +477,68 @@ fn no_permission_says_how_to_fix_it() {
     assert!(err.contains("permission denied") && err.contains("ptrace_scope") && err.contains("SYS_PTRACE"), "{err}");
     assert!(target.try_wait().unwrap().is_some());
 }
+
+// ---- onefix load, end to end through the command line ----
+
+/// A keep-alive HTTP/1.1 server on 127.0.0.1 that answers every request with `ok`, for at most
+/// `limit` requests per connection; it stops when the test ends (its listener thread is detached
+/// and the process exits).
+fn tiny_server() -> u16 {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(64) {
+            let Ok(stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                for _ in 0..100_000 {
+                    let mut line = String::new();
+                    // Read the request head; these requests have no body.
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    if out.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn load_sends_exactly_what_was_asked_and_reports_json() {
+    let s = Scratch::new("load");
+    let port = tiny_server();
+    let json = s.path("load.json");
+    let out = onefix()
+        .args(["load", "-q", "-n", "300", "-c", "4", "--seed", "7", "--json"])
+        .arg(&json)
+        .arg(format!("http://127.0.0.1:{port}/item?id={{{{int 1 2000}}}}"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["sent"], 300, "{v:#}");
+    assert_eq!(v["completed"], 300, "{v:#}");
+    for key in ["p50", "p90", "p99", "p999", "max", "mean", "stddev"] {
+        assert!(v["latency_ms"][key].is_number(), "{key}: {v:#}");
+    }
+    assert!(v["achieved_rps"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn load_on_a_closed_port_or_a_bad_template_is_one_sentence() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    fails_with(&["load", "-n", "10", &format!("http://127.0.0.1:{port}/")], "127.0.0.1");
+    fails_with(&["load", "-n", "10", "http://127.0.0.1:1/{{int 5}}"], "{{int");
+}
