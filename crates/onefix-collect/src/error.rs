@@ -5,7 +5,7 @@ pub enum CollectError {
     NoSuchProcess(u32),
     #[error("permission denied reading process {pid}: run onefix as root (sudo), or allow ptrace with `sysctl kernel.yama.ptrace_scope=0`, or in a container add `--cap-add SYS_PTRACE`")]
     PermissionDenied { pid: u32 },
-    #[error("process {pid} ({exe}) is not a Python program, and native sampling is not available in this build")]
+    #[error("process {pid} ({exe}) is neither a Python program nor a native executable onefix can sample")]
     NotPython { pid: u32, exe: String },
     #[error("process {pid} runs a Python version onefix cannot read ({detail}); supported: CPython 3.8 to 3.13")]
     UnsupportedPython { pid: u32, detail: String },

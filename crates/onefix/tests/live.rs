@@ -216,7 +216,11 @@ fn bad_inputs_get_one_clear_sentence() {
     fails_with(&["record", "-o", out, "--pid", "999999999"], "no process with pid 999999999");
     fails_with(&["record", "-o", out, "--", "no-such-command-onefix"], "command not found");
     fails_with(&["record", "-o", "/nonexistent-dir/x.onefix", "--", "python3", "-c", "pass"], "cannot write the recording");
-    fails_with(&["record", "-o", out, "--", "sleep", "30"], "not a Python program");
+    fails_with(&["record", "-o", out, "--", "true"], "no sample was taken");
+    // A kernel thread has no executable to read: neither Python nor native.
+    if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
+        fails_with(&["record", "-o", out, "--pid", "2", "--duration", "1s"], "neither a Python program nor a native executable");
+    }
     fails_with(&["record", "-o", out, "--rate", "fast", "--", "python3"], "not a rate");
     fails_with(&["record", "-o", out, "--duration", "soon", "--", "python3"], "not a duration");
     let garbage = s.path("garbage.onefix");
@@ -541,4 +545,71 @@ fn load_on_a_closed_port_or_a_bad_template_is_one_sentence() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     fails_with(&["load", "-n", "10", &format!("http://127.0.0.1:{port}/")], "127.0.0.1");
     fails_with(&["load", "-n", "10", "http://127.0.0.1:1/{{int 5}}"], "{{int");
+}
+
+// ---- Native programs (perf_event) through the same record command ----
+
+const HOT_C: &str = r#"
+#include <time.h>
+#include <unistd.h>
+static volatile double sink;
+static void hot(void) {
+    double x = 0;
+    for (int i = 0; i < 400000; i++) x += i * 0.5;   /* HOT */
+    sink = x;
+}
+int main(void) {
+    time_t end = time(NULL) + 2;
+    while (time(NULL) < end) {
+        hot();
+        usleep(2000);   /* NAP */
+    }
+    return 3;
+}
+"#;
+
+#[test]
+fn a_native_program_is_sampled_with_perf_and_diagnosed_the_same_way() {
+    let s = Scratch::new("native");
+    let src = s.path("hot.c");
+    std::fs::write(&src, HOT_C).unwrap();
+    let exe = s.path("hot");
+    let cc = Command::new("cc").args(["-O1", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap();
+    assert!(cc.success());
+    let json = s.path("n.json");
+    let out = onefix()
+        .current_dir(&s.0)
+        .args(["record", "--quiet", "--mode", "cpu", "--rate", "999", "-o"])
+        .arg(s.path("n.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["target"]["language"], "native");
+    assert_eq!(report["exit"]["code"], 3, "{report:#}");
+    let f = first_finding(&report);
+    assert_eq!(f["line"], line_of(&src, "/* HOT */"), "{report:#}");
+    assert!(f["file"].as_str().unwrap().ends_with("hot.c"));
+
+    // In wall mode the sleep between passes is charged to the line that sleeps.
+    let out = onefix()
+        .current_dir(&s.0)
+        .args(["record", "--quiet", "--rate", "999", "-o"])
+        .arg(s.path("w.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let wall: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let nap = line_of(&src, "/* NAP */");
+    let sleep = wall["findings"].as_array().unwrap().iter().find(|f| f["line"] == nap).expect("the sleep is a finding in wall mode");
+    assert_eq!(sleep["kind"], "blocking-wait", "{wall:#}");
+    assert_eq!(sleep["rule"], "sleep", "{wall:#}");
 }

@@ -60,6 +60,24 @@ pub fn default_user_dirs(cwd: Option<&str>, argv: &[String]) -> Vec<String> {
     dirs
 }
 
+/// Default user-code directories for a native target: its working directory, and the project
+/// its executable was built in (the nearest ancestor of the executable holding Cargo.toml,
+/// go.mod, Makefile, CMakeLists.txt or .git), where the debug info says its sources are.
+pub fn default_native_user_dirs(cwd: Option<&str>, pid: u32) -> Vec<String> {
+    let mut dirs: Vec<String> = cwd.map(str::to_owned).into_iter().collect();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let markers = ["Cargo.toml", "go.mod", "Makefile", "CMakeLists.txt", ".git"];
+    if let Some(root) = exe.as_deref().and_then(Path::parent).and_then(|d| {
+        d.ancestors().take(5).find(|a| markers.iter().any(|m| a.join(m).exists()))
+    }) {
+        let root = root.display().to_string();
+        if !dirs.contains(&root) {
+            dirs.push(root);
+        }
+    }
+    dirs
+}
+
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
     let kb = KnowledgeBase::builtin();
     let user = user_code(profile, args);

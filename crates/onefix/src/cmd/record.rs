@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
-use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Schedule, StopReason};
+use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Sampler, Schedule, StopReason};
+use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
 use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit};
 
@@ -41,71 +42,52 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
 
     catch_interrupts();
-    let mut child: Option<Child> = None;
-    let pid = match args.pid {
-        Some(pid) => pid,
-        None => {
-            let c = Command::new(&args.command[0])
-                .args(&args.command[1..])
-                .spawn()
-                .map_err(|e| {
-                    let _ = std::fs::remove_file(&output);
-                    match e.kind() {
-                        std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
-                        std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
-                        _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
-                    }
-                })?;
-            let pid = c.id();
-            child = Some(c);
-            pid
-        }
-    };
-
-    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
-    let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
-    let mut sampler = match PythonSampler::attach(pid, opts, patience) {
-        Ok(s) => s,
+    let started_target = match start_target(&args, mode) {
+        Ok(t) => t,
         Err(e) => {
             let _ = std::fs::remove_file(&output);
-            return Err(attach_failed(e, child.as_mut()));
+            return Err(e);
         }
     };
+    let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
-    let argv = if child.is_some() { Some(args.command.clone()) } else { process::cmdline(pid) };
+    let argv = if spawned { Some(args.command.clone()) } else { process::cmdline(pid) };
     let user_code = if args.outputs.user_code.is_empty() {
-        outputs::default_user_dirs(cwd.as_deref(), argv.as_deref().unwrap_or(&[]))
+        match language {
+            Language::Python => outputs::default_user_dirs(cwd.as_deref(), argv.as_deref().unwrap_or(&[])),
+            Language::Native => outputs::default_native_user_dirs(cwd.as_deref(), pid),
+        }
     } else {
         args.outputs.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string()).collect()
     };
     let meta = Meta {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
         target: Target {
-            argv: if child.is_some() { argv } else { None },
+            argv: if spawned { argv } else { None },
             pid,
-            language: Some(Language::Python),
+            language: Some(language),
             cwd,
-            runtime_version: Some(sampler.version.clone()),
+            runtime_version,
         },
         mode,
         rate_hz: args.rate,
-        weight_unit: WeightUnit::Samples { interval_us: (1e6 / args.rate).round() as u64 },
+        weight_unit: WeightUnit::Samples { interval_us },
         start_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
         duration_s: 0.0,
         user_code,
         exit: None,
         stats: Default::default(),
-        native: args.native,
+        native: args.native || language == Language::Native,
     };
     let mut profile = Profile::new(meta);
     let mut writer = RecordingWriter::new(BufWriter::new(file), &profile.meta)
         .with_context(|| format!("cannot write the recording to {}", output.display()))?;
 
-    let schedule = Schedule { rate_hz: args.rate, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
+    let schedule = Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
     let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
     let started = Instant::now();
-    let outcome = record(&mut sampler, &mut profile, Some(&mut writer), &schedule, &INTERRUPTED, |p| {
+    let outcome = record(sampler.as_sampler(), &mut profile, Some(&mut writer), &schedule, &INTERRUPTED, |p| {
         if progress {
             eprint!(
                 "\ronefix: {:.0} s, {} reads, {} read errors   ",
@@ -118,22 +100,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if progress {
         eprintln!();
     }
+    let elapsed_us = started.elapsed().as_micros() as u64;
+    // Only now, with sampling stopped, is a child we started stopped if need be and reaped
+    // (see onefix_collect::process).
+    profile.meta.exit = Some(sampler.stop(&mut profile, elapsed_us, outcome.reason == StopReason::TargetExited, pid));
+    for warning in sampler.warnings() {
+        eprintln!("onefix: {warning}");
+    }
     drop(sampler);
-
-    // Only now, with sampling stopped, is the child reaped (see onefix_collect::process).
-    profile.meta.exit = Some(match child.as_mut() {
-        Some(c) => {
-            if outcome.reason != StopReason::TargetExited {
-                stop_child(c);
-            }
-            match c.wait() {
-                Ok(status) => exit_of(status),
-                Err(_) => TargetExit::Unknown,
-            }
-        }
-        None if process::is_running(pid) => TargetExit::StillRunning,
-        None => TargetExit::Unknown,
-    });
 
     // The samples are on disk, batch by batch; read them back for the report. Whatever the
     // file could not take (disk full) is still in memory and is added to what it holds.
@@ -167,6 +141,135 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The sampler for the kind of program the target is, and what it brings with it.
+enum TargetSampler {
+    Python { sampler: PythonSampler, child: Option<Child> },
+    Native { sampler: NativeSampler, spawned: bool },
+}
+
+struct StartedTarget {
+    sampler: TargetSampler,
+    pid: u32,
+    spawned: bool,
+    language: Language,
+    runtime_version: Option<String>,
+    /// Microseconds one unit of weight stands for.
+    interval_us: u64,
+    /// How often the recording loop ticks: every sample for Python, a ring-buffer drain for
+    /// native sampling (the kernel samples at the rate itself).
+    tick_hz: f64,
+}
+
+impl TargetSampler {
+    fn as_sampler(&mut self) -> &mut dyn Sampler {
+        match self {
+            TargetSampler::Python { sampler, .. } => sampler,
+            TargetSampler::Native { sampler, .. } => sampler,
+        }
+    }
+
+    /// Ends sampling; stops a child we started when it is still running, and reaps it.
+    fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
+        match self {
+            TargetSampler::Python { child, .. } => match child.as_mut() {
+                Some(c) => {
+                    if !target_exited {
+                        stop_child(c);
+                    }
+                    c.wait().map(exit_of).unwrap_or(TargetExit::Unknown)
+                }
+                None if process::is_running(pid) => TargetExit::StillRunning,
+                None => TargetExit::Unknown,
+            },
+            TargetSampler::Native { sampler, spawned } => {
+                if !target_exited {
+                    sampler.finish(profile, elapsed_us);
+                    if *spawned {
+                        interrupt_then_kill(pid, || matches!(process::state(pid), Some('Z') | None));
+                    }
+                }
+                match sampler.reap() {
+                    Some(exit) => exit,
+                    None if process::is_running(pid) => TargetExit::StillRunning,
+                    None => TargetExit::Unknown,
+                }
+            }
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        match self {
+            TargetSampler::Python { .. } => Vec::new(),
+            TargetSampler::Native { sampler, .. } => sampler.warnings(),
+        }
+    }
+}
+
+/// Starts the command or attaches to the pid, with the sampler its kind of program needs:
+/// native programs (ELF, not an interpreter) through perf_event, Python through py-spy.
+fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
+    let native = match args.pid {
+        Some(pid) => {
+            if !process::exists(pid) {
+                return Err(CollectError::NoSuchProcess(pid).into());
+            }
+            onefix_native::is_native_pid(pid)
+        }
+        None => onefix_native::is_native_command(&args.command[0]),
+    };
+    if native {
+        let opts = NativeOptions { rate_hz: args.rate, off_cpu: mode == Mode::Wall, ..NativeOptions::default() };
+        let (sampler, pid, spawned) = match args.pid {
+            Some(pid) => (NativeSampler::attach(pid, &opts)?, pid, false),
+            None => {
+                let (s, pid) = NativeSampler::spawn(&args.command, &opts)?;
+                (s, pid, true)
+            }
+        };
+        let interval_us = sampler.interval_us();
+        return Ok(StartedTarget {
+            sampler: TargetSampler::Native { sampler, spawned },
+            pid,
+            spawned,
+            language: Language::Native,
+            runtime_version: None,
+            interval_us,
+            tick_hz: NATIVE_DRAIN_HZ,
+        });
+    }
+
+    let mut child: Option<Child> = None;
+    let pid = match args.pid {
+        Some(pid) => pid,
+        None => {
+            let c = Command::new(&args.command[0]).args(&args.command[1..]).spawn().map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
+                std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
+                _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
+            })?;
+            let pid = c.id();
+            child = Some(c);
+            pid
+        }
+    };
+    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
+    let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
+    let sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    let runtime_version = Some(sampler.version.clone());
+    Ok(StartedTarget {
+        spawned: child.is_some(),
+        sampler: TargetSampler::Python { sampler, child },
+        pid,
+        language: Language::Python,
+        runtime_version,
+        interval_us: (1e6 / args.rate).round() as u64,
+        tick_hz: args.rate,
+    })
+}
+
+/// Native samples are taken by the kernel; the loop only drains its buffers this often.
+const NATIVE_DRAIN_HZ: f64 = 100.0;
+
 fn default_output(args: &RecordArgs) -> PathBuf {
     let name = match args.pid {
         Some(pid) => format!("pid{pid}"),
@@ -198,17 +301,23 @@ fn attach_failed(e: CollectError, child: Option<&mut Child>) -> anyhow::Error {
 
 /// Asks a child we started to stop (SIGINT, as Ctrl-C would), then insists.
 fn stop_child(child: &mut Child) {
-    let pid = child.id() as libc::pid_t;
+    let pid = child.id();
+    interrupt_then_kill(pid, || matches!(child.try_wait(), Ok(Some(_))));
+}
+
+/// SIGINT, up to three seconds for `ended` to turn true, then SIGKILL.
+fn interrupt_then_kill(pid: u32, mut ended: impl FnMut() -> bool) {
     // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
-    unsafe { libc::kill(pid, libc::SIGINT) };
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
+        if ended() {
             return;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let _ = child.kill();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
 }
 
 fn exit_of(status: ExitStatus) -> TargetExit {

@@ -1,0 +1,93 @@
+//! Native sampling for onefix: ELF programs (Rust, C, C++, Go) sampled with `perf_event_open`
+//! into the same [`onefix_model::Profile`] the Python sampler fills.
+//!
+//! - On-CPU: the software cpu-clock event at a fixed period (999 Hz by default), one event per
+//!   CPU with `inherit`, so every thread and child process the target creates is followed. Each
+//!   sample carries the user registers and a copy of the user stack (16 KiB by default), which is
+//!   unwound with framehop over the modules' `.eh_frame` / `.debug_frame` (frame pointers where
+//!   a module has neither), then symbolized with addr2line (DWARF, separate debug files by
+//!   build id, else the symbol table, else `0x…` with the module).
+//! - Off-CPU: a sample at every context switch (with the stack of the thread that blocks) and
+//!   PERF_RECORD_SWITCH records give each blocked interval with the line that waits. Blocked
+//!   time becomes samples with [`onefix_model::ThreadState`] not active, weighing the blocked
+//!   duration in sampling intervals, so wall mode charges it and cpu mode ignores it.
+//!
+//! ```no_run
+//! use onefix_native::{NativeOptions, NativeSampler};
+//! let opts = NativeOptions::default();
+//! let (mut sampler, pid) = NativeSampler::spawn(&["./server".to_string()], &opts)?;
+//! // Give the profile the sampler's interval: a weight of 1 is one period of the cpu-clock.
+//! // meta.rate_hz = opts.rate_hz; meta.weight_unit = WeightUnit::Samples { interval_us: sampler.interval_us() };
+//! // onefix_collect::record(&mut sampler, &mut profile, ...) then sampler.finish(...), sampler.reap()
+//! # Ok::<(), onefix_native::NativeError>(())
+//! ```
+
+mod error;
+#[doc(hidden)]
+pub mod fixture;
+mod module;
+mod perf;
+mod record;
+mod sampler;
+mod space;
+mod spawn;
+mod symbols;
+
+pub use error::{paranoid_level, NativeError};
+pub use sampler::{NativeOptions, NativeSampler, NativeStats};
+pub use symbols::demangle;
+
+use std::io::Read;
+use std::path::Path;
+
+/// Whether a file is an ELF executable that native sampling reads (not a Python interpreter,
+/// whose frames the Python sampler reads better; not a script).
+pub fn is_native_executable(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    let is_elf = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && magic == *b"\x7fELF";
+    is_elf && !is_interpreter_name(path)
+}
+
+/// Whether a command, as it would be run (found on PATH like a shell does), is native.
+pub fn is_native_command(program: &str) -> bool {
+    spawn::resolve(program).is_some_and(|p| is_native_executable(&p.canonicalize().unwrap_or(p)))
+}
+
+/// Whether a running process is a native program: its executable is ELF and it is not a
+/// Python interpreter (by name, or by a mapped libpython).
+pub fn is_native_pid(pid: u32) -> bool {
+    let exe = Path::new("/proc").join(pid.to_string()).join("exe");
+    let target = std::fs::read_link(&exe).unwrap_or_default();
+    is_native_executable(&exe) && !is_interpreter_name(&target) && !onefix_collect::process::looks_like_python(pid)
+}
+
+fn is_interpreter_name(path: &Path) -> bool {
+    let base = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    base.starts_with("python") || base.starts_with("pypy")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_native_from_python_and_scripts() {
+        assert!(is_native_executable(Path::new("/bin/sh")) || is_native_executable(Path::new("/usr/bin/dash")));
+        assert!(is_native_command("true"));
+        assert!(!is_native_command("no-such-command-onefix"));
+        if let Some(py) = spawn::resolve("python3") {
+            assert!(!is_native_executable(&py.canonicalize().unwrap()));
+        }
+        assert!(is_native_pid(std::process::id()));
+        assert!(!is_native_pid(u32::MAX - 1));
+    }
+}
+
+#[cfg(test)]
+mod send_check {
+    fn is_send<T: Send>() {}
+    #[test]
+    fn the_sampler_can_move_to_another_thread() {
+        is_send::<crate::NativeSampler>();
+    }
+}
