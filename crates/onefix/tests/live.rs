@@ -44,7 +44,13 @@ fn line_of(file: &Path, marker: &str) -> u64 {
     hits[0] as u64
 }
 
+/// Records `python3 program` from the scratch directory; see [`record_command`].
 fn record(scratch: &Scratch, extra: &[&str], program: &Path) -> (Value, Output) {
+    record_command(scratch, extra, &[Path::new("python3"), program])
+}
+
+/// Records a command into the scratch directory's `rec.onefix` and returns its JSON report.
+fn record_command(scratch: &Scratch, extra: &[&str], command: &[&Path]) -> (Value, Output) {
     let json = scratch.path("report.json");
     let out = onefix()
         .current_dir(&scratch.0)
@@ -54,8 +60,7 @@ fn record(scratch: &Scratch, extra: &[&str], program: &Path) -> (Value, Output) 
         .arg(&json)
         .args(extra)
         .arg("--")
-        .arg("python3")
-        .arg(program)
+        .args(command)
         .output()
         .unwrap();
     assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -576,19 +581,7 @@ fn a_native_program_is_sampled_with_perf_and_diagnosed_the_same_way() {
     let exe = s.path("hot");
     let cc = Command::new("cc").args(["-O1", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap();
     assert!(cc.success());
-    let json = s.path("n.json");
-    let out = onefix()
-        .current_dir(&s.0)
-        .args(["record", "--quiet", "--mode", "cpu", "--rate", "999", "-o"])
-        .arg(s.path("n.onefix"))
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (report, _) = record_command(&s, &["--mode", "cpu", "--rate", "999"], &[&exe]);
     assert_eq!(report["target"]["language"], "native");
     assert_eq!(report["exit"]["code"], 3, "{report:#}");
     let f = first_finding(&report);
@@ -596,18 +589,7 @@ fn a_native_program_is_sampled_with_perf_and_diagnosed_the_same_way() {
     assert!(f["file"].as_str().unwrap().ends_with("hot.c"));
 
     // In wall mode the sleep between passes is charged to the line that sleeps.
-    let out = onefix()
-        .current_dir(&s.0)
-        .args(["record", "--quiet", "--rate", "999", "-o"])
-        .arg(s.path("w.onefix"))
-        .arg("--json")
-        .arg(&json)
-        .arg("--")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let wall: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let (wall, _) = record_command(&s, &["--rate", "999"], &[&exe]);
     let nap = line_of(&src, "/* NAP */");
     let sleep = wall["findings"].as_array().unwrap().iter().find(|f| f["line"] == nap).expect("the sleep is a finding in wall mode");
     assert_eq!(sleep["kind"], "blocking-wait", "{wall:#}");
