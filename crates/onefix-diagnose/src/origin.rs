@@ -93,14 +93,19 @@ impl UserCode {
             return Origin::Stdlib;
         }
         match self.resolve(file) {
-            // A torn read can yield garbage names (`__doc__`, stray bytes) with no line: only a
-            // real line of a plausible file is the user's code.
-            Some(path) if self.dirs.iter().any(|d| path.starts_with(d)) && frame.line > 0 && !file.chars().any(char::is_control) => Origin::User,
+            Some(path) if self.dirs.iter().any(|d| path.starts_with(d)) && is_plausible_source(file, frame.line) => Origin::User,
             // Source outside the user's directories and outside any package manager's tree:
             // someone else's code all the same.
             _ => Origin::ThirdParty,
         }
     }
+}
+
+/// A torn read can yield garbage names (`__doc__`, stray bytes) and lines: a user's frame is a
+/// real line of a file with a source extension.
+fn is_plausible_source(file: &str, line: u32) -> bool {
+    let name = file.rsplit('/').next().unwrap_or(file);
+    line > 0 && line < 10_000_000 && name.contains('.') && !file.chars().any(char::is_control)
 }
 
 /// `/usr/lib/python3.11/json/decoder.py`, `/root/.pyenv/versions/3.11.7/lib/python3.11/ssl.py`.
@@ -154,6 +159,7 @@ mod tests {
         assert_eq!(user.origin(&py("worker.py")), Origin::User, "relative to the target's cwd");
         assert_eq!(user.origin(&py("./lib/../worker.py")), Origin::User);
         assert_eq!(user.origin(&Frame::python("f", "/srv/app/__doc__", 0)), Origin::ThirdParty, "a torn read's garbage has no line");
+        assert_eq!(user.origin(&Frame::python("__package__", "__doc__", 436600831)), Origin::ThirdParty, "nor a source file");
         assert_eq!(user.origin(&py("/usr/lib/python3.11/ssl.py")), Origin::Stdlib);
         assert_eq!(user.origin(&py("/root/.pyenv/versions/3.11.7/lib/python3.11/json/decoder.py")), Origin::Stdlib);
         assert_eq!(user.origin(&py("/srv/app/.venv/lib/python3.11/site-packages/httpx/_client.py")), Origin::ThirdParty, "a venv inside the project is not the user's code");
