@@ -436,11 +436,11 @@ fn ctrl_c_ends_an_attached_recording_with_a_full_report() {
 
 // ---- Programs onefix was not written for (tests/programs): rank 1 must be the planted line ----
 
-/// Programs whose planted line onefix does not yet put at rank 1, and why (see
-/// tests/programs/README.md). A miss that gets fixed must be taken off this list.
+/// Programs whose planted line onefix does not reliably put at rank 1, and why (see
+/// tests/programs/README.md): not held against it, and reported when they come out right.
 const KNOWN_MISSES: &[(&str, &str)] = &[(
     "api_gateway",
-    "client and server threads in one process: the client's wait and the server's hashing are the same seconds seen twice",
+    "client and server threads in one process: the client's wait and the server's hashing are the same seconds seen twice, and which ranks first depends on the machine's load",
 )];
 
 #[test]
@@ -462,7 +462,10 @@ fn unseen_programs_put_the_planted_line_at_rank_one() {
         let top = &report["findings"][0];
         let right = top["line"] == planted && top["file"].as_str().is_some_and(|f| f.ends_with(&format!("{name}.py")));
         let known = KNOWN_MISSES.iter().any(|(n, _)| *n == name);
-        if right == known {
+        if right && known {
+            eprintln!("{name}: a known miss came out right this time");
+        }
+        if !right && !known {
             wrong.push(format!("{name}: planted {planted}, rank 1 {}:{} {} (known miss: {known})", top["file"], top["line"], top["kind"]));
         }
     }
