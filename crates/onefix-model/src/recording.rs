@@ -38,7 +38,17 @@ pub enum RecordingError {
     Io(#[from] io::Error),
 }
 
-#[derive(Serialize, Deserialize)]
+/// What a batch chunk holds, as written: borrowed from the profile, so a flush copies nothing.
+/// It encodes exactly as [`Batch`], which reads it back.
+#[derive(Serialize)]
+struct BatchRef<'a> {
+    frames: &'a [Frame],
+    stacks: Vec<(Option<StackId>, FrameId)>,
+    threads: &'a [ThreadInfo],
+    samples: &'a [Sample],
+}
+
+#[derive(Deserialize)]
 struct Batch {
     frames: Vec<Frame>,
     stacks: Vec<(Option<StackId>, FrameId)>,
@@ -56,7 +66,6 @@ pub struct RecordingWriter<W: Write> {
     frames_done: usize,
     stacks_done: usize,
     threads_done: usize,
-    bytes: u64,
 }
 
 impl<W: Write> RecordingWriter<W> {
@@ -68,7 +77,6 @@ impl<W: Write> RecordingWriter<W> {
             frames_done: 0,
             stacks_done: 0,
             threads_done: 0,
-            bytes: 12,
         };
         w.chunk(TAG_META, meta)?;
         w.out.flush()?;
@@ -82,11 +90,11 @@ impl<W: Write> RecordingWriter<W> {
         if frames == self.frames_done && stacks == self.stacks_done && threads == self.threads_done && profile.samples.is_empty() {
             return Ok(());
         }
-        let batch = Batch {
-            frames: profile.frames()[self.frames_done..].to_vec(),
+        let batch = BatchRef {
+            frames: &profile.frames()[self.frames_done..],
             stacks: profile.stacks_from(self.stacks_done),
-            threads: profile.threads()[self.threads_done..].to_vec(),
-            samples: profile.samples.clone(),
+            threads: &profile.threads()[self.threads_done..],
+            samples: &profile.samples,
         };
         self.chunk(TAG_BATCH, &batch)?;
         self.out.flush()?;
@@ -105,11 +113,6 @@ impl<W: Write> RecordingWriter<W> {
         Ok(self.out)
     }
 
-    /// Bytes written so far.
-    pub fn bytes_written(&self) -> u64 {
-        self.bytes
-    }
-
     fn chunk<T: Serialize>(&mut self, tag: u8, value: &T) -> io::Result<()> {
         let payload = codec()
             .serialize(value)
@@ -120,7 +123,6 @@ impl<W: Write> RecordingWriter<W> {
         head[5..9].copy_from_slice(&crc32fast::hash(&payload).to_le_bytes());
         self.out.write_all(&head)?;
         self.out.write_all(&payload)?;
-        self.bytes += (head.len() + payload.len()) as u64;
         Ok(())
     }
 }
