@@ -48,6 +48,9 @@ pub struct OutputArgs {
     /// Collapsed stacks, one line per stack, for the classic flame graph tools.
     #[arg(long, value_name = "PATH")]
     pub folded: Option<PathBuf>,
+    /// pprof profile (gzipped protobuf), for `go tool pprof`, Pyroscope or Parca.
+    #[arg(long, value_name = "PATH")]
+    pub pprof: Option<PathBuf>,
     /// Directory holding your own code (repeatable); default: the target's working directory
     /// and the script's directory.
     #[arg(long = "user-code", value_name = "DIR")]

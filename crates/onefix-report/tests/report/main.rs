@@ -4,4 +4,5 @@ mod fixture;
 mod flamegraph;
 mod golden;
 mod json;
+mod pprof;
 mod speedscope;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use onefix_diagnose::{diagnose, Diagnosis, KnowledgeBase, Options, UserCode};
 use onefix_model::{Mode, Profile};
 use onefix_report::{
-    write_flamegraph, write_folded, write_json, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
+    write_flamegraph, write_folded, write_json, write_pprof, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
     JsonOptions, TerminalOptions,
 };
 
@@ -102,6 +102,7 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, args: &Ou
     });
     out(&args.speedscope, "speedscope profile", &|w| write_speedscope(w, profile, mode));
     out(&args.folded, "folded stacks", &|w| write_folded(w, profile, mode, &FoldedOptions::default()));
+    out(&args.pprof, "pprof profile", &|w| write_pprof(w, profile, mode));
 
     let stdout = io::stdout();
     let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
