@@ -187,3 +187,81 @@ fn pprof_of_a_native_recording_is_read_by_go_tool_pprof_with_the_same_top_lines(
     assert_eq!(report["findings"][0]["function"], "heavy", "{report:#}");
     pprof_agrees_with_the_summary(&s, &report);
 }
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The HTML report of a lab recording, opened in Debian's headless chromium (driven by
+/// tests/browser/html_report.mjs through playwright-core): it shows the recording's findings,
+/// logs no console error, asks for nothing over the network, and a click on a flame graph
+/// frame focuses the graph on it. The screenshot stays in target/tmp for a person to look at.
+#[test]
+fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
+    let chromium = Path::new("/usr/bin/chromium");
+    assert!(chromium.exists(), "chromium is not installed: run ./setup (it installs Debian's chromium package)");
+    let driver = repo().join("tests/browser/node_modules/playwright-core");
+    assert!(driver.exists(), "playwright-core is not installed in tests/browser: run ./setup (npm ci there)");
+
+    let s = Scratch::new("html-lab");
+    let html = s.path("report.html");
+    let profiler = format!(
+        "{} record --quiet -o {} --json {} --html {} --",
+        env!("CARGO_BIN_EXE_onefix"),
+        s.path("rec.onefix").display(),
+        s.path("report.json").display(),
+        html.display()
+    );
+    let out = Command::new(repo().join("lab/token-updater/run"))
+        .arg("slow")
+        .env("PROFILER", &profiler)
+        .env("TOKENS", "300")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "lab run failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(s.path("report.json")).unwrap()).unwrap();
+    let finding = &report["findings"][0];
+    assert!(!finding.is_null(), "no finding in {report:#}");
+
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-report-lab-token-updater.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let function = finding["function"].as_str().unwrap();
+    let out = Command::new("node")
+        .arg(repo().join("tests/browser/html_report.mjs"))
+        .arg(&html)
+        .arg(&screenshot)
+        .arg(function)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install Node.js and run ./setup"));
+    assert!(out.status.success(), "the browser check failed: {}", String::from_utf8_lossy(&out.stderr));
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    assert_eq!(seen["consoleErrors"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["requests"], serde_json::json!([]), "the page must need no network: {seen:#}");
+    let shown = seen["findings"].as_array().unwrap();
+    assert_eq!(shown.len(), report["findings"].as_array().unwrap().len(), "{seen:#}");
+    let base = finding["file"].as_str().unwrap().rsplit('/').next().unwrap();
+    assert_eq!(shown[0]["loc"], format!("{base}:{}", finding["line"]), "{seen:#}");
+    assert!(shown[0]["kind"].as_str().unwrap().starts_with(finding["kind"].as_str().unwrap()), "{seen:#}");
+    assert!(shown[0]["fix"].as_str().unwrap().contains(finding["advice"].as_str().unwrap()), "{seen:#}");
+    assert_eq!(shown[0]["evidence"], finding["evidence"].as_array().unwrap().len(), "{seen:#}");
+    if let Some(bound) = finding["max_speedup"].as_f64() {
+        assert!(shown[0]["gain"].as_str().unwrap().contains(&format!("{bound:.1}x")), "{seen:#}");
+    }
+    assert_eq!(seen["sections"], serde_json::json!(["Findings", "Flame graph", "Timeline", "Hot lines of your code"]));
+    assert!(seen["timelineRows"].as_u64().unwrap() >= 1, "{seen:#}");
+    // The finding's line is shown with its source.
+    let code = finding["code"].as_str().unwrap().trim();
+    assert!(seen["snippets"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().contains(code)), "{seen:#}");
+
+    // The click focused the frame clicked, which now spans the graph.
+    let click = &seen["click"];
+    assert_eq!(click["focused"], click["name"], "{seen:#}");
+    let box_width = click["boxWidth"].as_f64().unwrap();
+    assert!(click["widthBefore"].as_f64().unwrap() < 0.9 * box_width, "{seen:#}");
+    assert!(click["widthAfter"].as_f64().unwrap() > 0.95 * box_width, "{seen:#}");
+    assert!(click["crumbs"].as_str().unwrap().starts_with("zoomed into:"), "{seen:#}");
+    // Searching for the finding's function highlights frames.
+    assert!(seen["search"]["matches"].as_u64().unwrap() >= 1, "{seen:#}");
+    assert!(std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", screenshot.display());
+}
