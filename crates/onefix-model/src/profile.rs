@@ -262,6 +262,9 @@ pub struct Profile {
     threads: Vec<ThreadInfo>,
     thread_index: HashMap<(u32, u64), ThreadId>,
     pub samples: Vec<Sample>,
+    /// Named results recorded with the samples (e.g. `load`: the JSON result of the load that
+    /// drove the target), kept as bytes so the model depends on no producer.
+    pub attachments: std::collections::BTreeMap<String, Vec<u8>>,
     /// Index in `samples` of each thread's latest sample, for [`Profile::push_sample`].
     latest: HashMap<ThreadId, usize>,
 }
