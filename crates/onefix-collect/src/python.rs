@@ -39,6 +39,8 @@ struct Spy {
     gone: bool,
 }
 
+/// Reads of a process per tick at most: the first, and retries of a torn or failed one.
+const READ_ATTEMPTS: usize = 4;
 const SCAN_EVERY: Duration = Duration::from_millis(250);
 const MAX_CHILD_ATTEMPTS: u32 = 8;
 
@@ -140,6 +142,12 @@ impl PythonSampler {
     }
 }
 
+/// A Python stack whose outermost frame cannot start a thread was torn by the target moving on
+/// while it was read (see [`Frame::can_start_stack`]).
+fn looks_torn(trace: &StackTrace) -> bool {
+    trace.frames.last().is_some_and(|outer| outer.module.is_none() && !convert_frame(outer).can_start_stack())
+}
+
 fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64) {
     let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
     let thread = profile.intern_thread(trace.pid as u32, tid, trace.thread_name.as_deref());
@@ -181,9 +189,25 @@ impl Sampler for PythonSampler {
         let mut failed = false;
         for spy in self.spies.iter_mut().filter(|s| !s.gone) {
             // A non-blocking read tears when the target changes its stack mid-read, which is
-            // likeliest in fast-changing (hot) code: one immediate retry keeps the loss small
-            // and unbiased.
-            let read = spy.spy.get_stack_traces().or_else(|_| spy.spy.get_stack_traces());
+            // likeliest in deep, fast-changing (hot) code. Dropping torn reads would bias the
+            // shares against exactly that code, so a torn or failed read is retried at once, a
+            // few times, and a torn stack is kept only when no clean read came.
+            let mut read = spy.spy.get_stack_traces();
+            for _ in 1..READ_ATTEMPTS {
+                match &read {
+                    Ok(traces) if !traces.iter().any(looks_torn) => break,
+                    _ => {}
+                }
+                match spy.spy.get_stack_traces() {
+                    Ok(retry) => {
+                        if read.is_err() || !retry.iter().any(looks_torn) {
+                            read = Ok(retry);
+                        }
+                    }
+                    Err(e) if read.is_err() => read = Err(e),
+                    Err(_) => {}
+                }
+            }
             match read {
                 Ok(traces) => {
                     for trace in &traces {

@@ -152,13 +152,7 @@ impl Engine<'_> {
             let candidates: Vec<u16> = leaf_first.iter().filter_map(|&f| self.frame(f).idle).collect();
             idle = candidates.into_iter().find(|&e| self.kb.entries[e as usize].spec.anywhere);
         }
-        let truncated = leaf_first.last().is_some_and(|&root| {
-            let frame = self.profile.frame(root);
-            let module = crate::names::python_module(&frame.file);
-            frame.kind == FrameKind::Python
-                && frame.function != "<module>"
-                && !["threading", "runpy", "_pytest", "multiprocessing"].iter().any(|m| module.starts_with(m))
-        });
+        let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
         let mut cost: Vec<u16> = Vec::new();
         for &f in &beneath {
             cost.extend(self.frame(f).cost.iter().copied());

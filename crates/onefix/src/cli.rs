@@ -92,6 +92,11 @@ pub struct RecordArgs {
     /// Seed of the sampling-interval jitter.
     #[arg(long, default_value_t = 0x0f1f)]
     pub seed: u64,
+    /// Drive the started server with this load and profile it for exactly the load's duration:
+    /// the arguments of `onefix load` as one string, e.g. "http://127.0.0.1:8000/?q={{int 1
+    /// 100}} --rate 200 --duration 20s". onefix waits until the server's port answers first.
+    #[arg(long, value_name = "LOAD", value_parser = parse_load_spec)]
+    pub load: Option<LoadSpec>,
     #[command(flatten)]
     pub outputs: OutputArgs,
     /// The program to start and profile.
@@ -110,7 +115,7 @@ pub struct ReportArgs {
     pub outputs: OutputArgs,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct LoadArgs {
     /// The URL template: http://HOST:PORT/PATH?QUERY, with {{...}} placeholders in the path and
     /// query drawn per request (see the template syntax below).
@@ -157,6 +162,43 @@ pub struct LoadArgs {
     /// No progress line, only the summary.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// The load of `record --load`: `onefix load`'s arguments, given as one string.
+#[derive(Clone, Debug)]
+pub struct LoadSpec(pub LoadArgs);
+
+#[derive(Parser)]
+#[command(name = "--load")]
+struct LoadSpecParser {
+    #[command(flatten)]
+    args: LoadArgs,
+}
+
+fn parse_load_spec(s: &str) -> Result<LoadSpec, String> {
+    let split = shlex::split(s).ok_or_else(|| format!("the load `{s}` has an unclosed quote"))?;
+    // A placeholder such as {{int 1 100}} is one argument even when the user did not quote it.
+    let mut words: Vec<String> = Vec::new();
+    let mut open = false;
+    for w in split {
+        match words.last_mut() {
+            Some(last) if open => {
+                last.push(' ');
+                last.push_str(&w);
+            }
+            _ => words.push(w),
+        }
+        let last = words.last().map(String::as_str).unwrap_or("");
+        open = last.matches("{{").count() > last.matches("}}").count();
+    }
+    LoadSpecParser::try_parse_from(std::iter::once("--load".to_owned()).chain(words))
+        .map(|p| LoadSpec(p.args))
+        .map_err(|e| {
+            // clap's own message, without its usage lines: one sentence.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_owned();
+            format!("in the load: {first}")
+        })
 }
 
 /// Requests per second, or `None` for `max`.
@@ -232,6 +274,21 @@ mod tests {
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn a_load_spec_parses_as_onefix_load_arguments() {
+        let spec = parse_load_spec("'http://127.0.0.1:9/?q={{int 1 9}}' --rate 50 -d 2s --json 'l r.json'").unwrap();
+        assert_eq!(spec.0.url, "http://127.0.0.1:9/?q={{int 1 9}}");
+        assert_eq!(spec.0.rate.0, Some(50.0));
+        assert_eq!(spec.0.duration, Some(Duration::from_secs(2)));
+        assert_eq!(spec.0.json.as_deref(), Some(std::path::Path::new("l r.json")));
+        let unquoted = parse_load_spec("http://127.0.0.1:9/p?a={{int 0 99}}&b={{pick 1 2 3}} -r 5").unwrap();
+        assert_eq!(unquoted.0.url, "http://127.0.0.1:9/p?a={{int 0 99}}&b={{pick 1 2 3}}");
+        assert_eq!(unquoted.0.rate.0, Some(5.0));
+        let err = parse_load_spec("http://127.0.0.1:9/ --rate fast").unwrap_err();
+        assert!(err.starts_with("in the load: ") && !err.contains('\n'), "{err}");
+        assert!(parse_load_spec("'http://127.0.0.1:9/").is_err());
         assert_eq!(parse_rate("1000"), Ok(1000.0));
     }
 }
