@@ -19,7 +19,7 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
     '--disable-component-update', '--disable-sync'],
 });
-const result = { consoleErrors: [], requests: [], findings: [], click: null, search: null };
+const result = { consoleErrors: [], requests: [], findings: [], click: null, search: null, diff: null };
 try {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   page.on('console', (msg) => { if (msg.type() === 'error') result.consoleErrors.push(msg.text()); });
@@ -62,6 +62,15 @@ try {
       text: await page.locator('#flamegraph .matched').first().textContent(),
     };
     await page.locator('#flamegraph input[type=search]').first().fill('');
+  }
+  // A report of two recordings also draws their differential graph.
+  const diff = page.locator('#diff .flame');
+  if (await diff.count()) {
+    const frames = diff.locator('.frame');
+    result.diff = {
+      frames: await frames.count(),
+      colours: await frames.evaluateAll((divs) => [...new Set(divs.map((d) => d.style.background))].length),
+    };
   }
   await page.screenshot({ path: screenshot, fullPage: true });
 } finally {

@@ -362,8 +362,9 @@ fn snippets(places: &[(&str, u32)], sources: &dyn SourceFiles) -> Vec<SourceSnip
     out
 }
 
-/// The two runs' call trees merged by frame names (the frames of two recordings are different
-/// tables), each node holding both weights, in each run's own mode.
+/// The two runs' call trees merged by function name, each node holding both weights, in each
+/// run's own mode. Function names, not lines or files: a fix moves lines and may live in a
+/// renamed file (`app_slow.py`, `app_fixed.py`), and the graph must still line the two up.
 fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
     #[derive(Default)]
     struct Merged {
@@ -379,7 +380,7 @@ fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
             merged.a += n.total;
         }
         for &c in &n.children {
-            let label = tree.nodes[c].frame.map(|f| profile.frame(f).label()).unwrap_or_default();
+            let label = tree.nodes[c].frame.map(|f| profile.frame(f).function.clone()).unwrap_or_default();
             add(merged.children.entry(label).or_default(), profile, tree, c, side_b);
         }
     }

@@ -188,6 +188,40 @@ fn pprof_of_a_native_recording_is_read_by_go_tool_pprof_with_the_same_top_lines(
     pprof_agrees_with_the_summary(&s, &report);
 }
 
+/// Opens `html` in headless chromium through tests/browser/html_report.mjs, searching for
+/// `search`, and returns what it saw. The screenshot is kept as target/tmp/`screenshot`.
+fn open_in_browser(html: &Path, screenshot: &str, search: &str) -> Value {
+    let chromium = Path::new("/usr/bin/chromium");
+    assert!(chromium.exists(), "chromium is not installed: run ./setup (it installs Debian's chromium package)");
+    let driver = repo().join("tests/browser/node_modules/playwright-core");
+    assert!(driver.exists(), "playwright-core is not installed in tests/browser: run ./setup (npm ci there)");
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(screenshot);
+    let _ = std::fs::remove_file(&screenshot);
+    let out = Command::new("node")
+        .arg(repo().join("tests/browser/html_report.mjs"))
+        .arg(html)
+        .arg(&screenshot)
+        .arg(search)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install Node.js and run ./setup"));
+    assert!(out.status.success(), "the browser check failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", screenshot.display());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The checks every opened report must pass: no console error, no network, and a click on a
+/// flame graph frame focuses the graph on that frame.
+fn assert_renders_and_zooms(seen: &Value) {
+    assert_eq!(seen["consoleErrors"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["requests"], serde_json::json!([]), "the page must need no network: {seen:#}");
+    let click = &seen["click"];
+    assert_eq!(click["focused"], click["name"], "{seen:#}");
+    let box_width = click["boxWidth"].as_f64().unwrap();
+    assert!(click["widthBefore"].as_f64().unwrap() < 0.9 * box_width, "{seen:#}");
+    assert!(click["widthAfter"].as_f64().unwrap() > 0.95 * box_width, "{seen:#}");
+    assert!(click["crumbs"].as_str().unwrap().starts_with("zoomed into:"), "{seen:#}");
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
@@ -198,11 +232,6 @@ fn repo() -> PathBuf {
 /// frame focuses the graph on it. The screenshot stays in target/tmp for a person to look at.
 #[test]
 fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
-    let chromium = Path::new("/usr/bin/chromium");
-    assert!(chromium.exists(), "chromium is not installed: run ./setup (it installs Debian's chromium package)");
-    let driver = repo().join("tests/browser/node_modules/playwright-core");
-    assert!(driver.exists(), "playwright-core is not installed in tests/browser: run ./setup (npm ci there)");
-
     let s = Scratch::new("html-lab");
     let html = s.path("report.html");
     let profiler = format!(
@@ -223,21 +252,10 @@ fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
     let finding = &report["findings"][0];
     assert!(!finding.is_null(), "no finding in {report:#}");
 
-    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("html-report-lab-token-updater.png");
-    let _ = std::fs::remove_file(&screenshot);
     let function = finding["function"].as_str().unwrap();
-    let out = Command::new("node")
-        .arg(repo().join("tests/browser/html_report.mjs"))
-        .arg(&html)
-        .arg(&screenshot)
-        .arg(function)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): install Node.js and run ./setup"));
-    assert!(out.status.success(), "the browser check failed: {}", String::from_utf8_lossy(&out.stderr));
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = open_in_browser(&html, "html-report-lab-token-updater.png", function);
 
-    assert_eq!(seen["consoleErrors"], serde_json::json!([]), "{seen:#}");
-    assert_eq!(seen["requests"], serde_json::json!([]), "the page must need no network: {seen:#}");
+    assert_renders_and_zooms(&seen);
     let shown = seen["findings"].as_array().unwrap();
     assert_eq!(shown.len(), report["findings"].as_array().unwrap().len(), "{seen:#}");
     let base = finding["file"].as_str().unwrap().rsplit('/').next().unwrap();
@@ -254,14 +272,74 @@ fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
     let code = finding["code"].as_str().unwrap().trim();
     assert!(seen["snippets"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().contains(code)), "{seen:#}");
 
-    // The click focused the frame clicked, which now spans the graph.
-    let click = &seen["click"];
-    assert_eq!(click["focused"], click["name"], "{seen:#}");
-    let box_width = click["boxWidth"].as_f64().unwrap();
-    assert!(click["widthBefore"].as_f64().unwrap() < 0.9 * box_width, "{seen:#}");
-    assert!(click["widthAfter"].as_f64().unwrap() > 0.95 * box_width, "{seen:#}");
-    assert!(click["crumbs"].as_str().unwrap().starts_with("zoomed into:"), "{seen:#}");
     // Searching for the finding's function highlights frames.
     assert!(seen["search"]["matches"].as_u64().unwrap() >= 1, "{seen:#}");
-    assert!(std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", screenshot.display());
+}
+
+/// Two recordings in one HTML report (before and after a fix): both runs' findings side by
+/// side, and the differential flame graph, in a real browser.
+#[test]
+fn html_report_of_two_recordings_renders_side_by_side_with_the_difference() {
+    use onefix_diagnose::{diagnose, KnowledgeBase, Options, UserCode};
+    use onefix_model::recording::read_recording;
+    use onefix_report::{write_html, FileSystemSources, HtmlRun};
+
+    let s = Scratch::new("html-compare");
+    let before = s.path("before.py");
+    std::fs::write(&before, TWO_PY).unwrap();
+    // The fix: the heavy pass is gone.
+    let after = s.path("after.py");
+    std::fs::write(&after, TWO_PY.replace("        heavy()\n", "")).unwrap();
+    let mut profiles = Vec::new();
+    for (name, prog) in [("before", &before), ("after", &after)] {
+        let rec = s.path(&format!("{name}.onefix"));
+        let out = onefix()
+            .current_dir(&s.0)
+            .args(["record", "--quiet", "--mode", "cpu", "--rate", "200", "-o"])
+            .arg(&rec)
+            .args(["--", "python3"])
+            .arg(prog)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
+        profiles.push(read_recording(std::fs::File::open(&rec).unwrap()).unwrap().profile);
+    }
+    let kb = KnowledgeBase::builtin();
+    let diagnoses: Vec<_> = profiles
+        .iter()
+        .map(|p| {
+            let user = UserCode::new(p.meta.user_code.iter().map(PathBuf::from), None);
+            diagnose(p, &kb, &user, &Options { mode: p.meta.mode, ..Options::default() })
+        })
+        .collect();
+    assert_eq!(diagnoses[0].findings[0].function, "heavy");
+    assert!(diagnoses[1].findings.iter().all(|f| f.function != "heavy"), "{:#?}", diagnoses[1]);
+    let runs: Vec<HtmlRun> = ["before", "after"]
+        .iter()
+        .zip(profiles.iter().zip(&diagnoses))
+        .map(|(label, (profile, diagnosis))| HtmlRun {
+            label: label.to_string(),
+            profile,
+            diagnosis,
+            mode: profile.meta.mode,
+            complete: true,
+        })
+        .collect();
+    let html = s.path("compare.html");
+    let mut file = std::fs::File::create(&html).unwrap();
+    write_html(&mut file, &runs, &FileSystemSources { cwd: None }).unwrap();
+    drop(file);
+
+    let seen = open_in_browser(&html, "html-report-compare.png", "light");
+    assert_renders_and_zooms(&seen);
+    let shown: Vec<&str> = seen["findings"].as_array().unwrap().iter().map(|f| f["loc"].as_str().unwrap()).collect();
+    let expected: Vec<String> = diagnoses
+        .iter()
+        .flat_map(|d| &d.findings)
+        .map(|f| format!("{}:{}", f.file.rsplit('/').next().unwrap(), f.line))
+        .collect();
+    assert_eq!(shown, expected, "both runs' findings, before then after: {seen:#}");
+    let diff = &seen["diff"];
+    assert!(diff["frames"].as_u64().unwrap() >= 3, "{seen:#}");
+    assert!(diff["colours"].as_u64().unwrap() >= 2, "the difference colours what changed: {seen:#}");
 }
