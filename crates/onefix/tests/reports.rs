@@ -363,3 +363,101 @@ fn html_report_of_two_recordings_renders_side_by_side_with_the_difference() {
     assert!(diff["frames"].as_u64().unwrap() >= 3, "{seen:#}");
     assert!(diff["colours"].as_u64().unwrap() >= 2, "the difference colours what changed: {seen:#}");
 }
+
+/// A tmux server of its own (its own socket), killed when the test ends whatever happens.
+struct Tmux(String);
+
+impl Tmux {
+    fn new(name: &str) -> Tmux {
+        Tmux(format!("onefix-test-{name}-{}", std::process::id()))
+    }
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .arg("-L")
+            .arg(&self.0)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run tmux ({e}): install it with ./setup (Debian's tmux)"));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-t", "top"])
+    }
+    /// Polls the screen until `found` says yes, for at most `limit`.
+    fn wait_for(&self, limit: std::time::Duration, found: impl Fn(&str) -> bool) -> (bool, String) {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let screen = self.screen();
+            if found(&screen) || std::time::Instant::now() > deadline {
+                return (found(&screen), screen);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux").arg("-L").arg(&self.0).arg("kill-server").output();
+    }
+}
+
+const FOREVER_PY: &str = r#"
+import time
+
+def crunch():
+    t = 0
+    for i in range(200_000):
+        t += i * i % 7   # HOT
+    return t
+
+end = time.time() + 40
+while time.time() < end:
+    crunch()
+"#;
+
+/// `onefix top` in a real terminal (tmux): the target's hot line appears on the live screen,
+/// `q` quits, the target it started is stopped, and `--output` kept what it saw.
+#[test]
+fn top_shows_the_hot_line_live_and_quits_on_q() {
+    let s = Scratch::new("top");
+    let prog = s.path("forever.py");
+    std::fs::write(&prog, FOREVER_PY).unwrap();
+    let hot = format!("forever.py:{}", line_of(&prog, "# HOT"));
+    let rec = s.path("top.onefix");
+    let tmux = Tmux::new("top");
+    let command = format!(
+        "cd {} && {} top -o {} -- python3 {}; echo TOP-EXITED-$?; sleep 60",
+        s.0.display(),
+        env!("CARGO_BIN_EXE_onefix"),
+        rec.display(),
+        prog.display()
+    );
+    tmux.run(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "45", &command]);
+    let (seen, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains(&hot) && s.contains("hot-loop-compute"));
+    assert!(seen, "the hot line {hot} never appeared:\n{screen}");
+    assert!(screen.contains("onefix top: python3") && screen.contains("q quits"), "{screen}");
+    assert!(screen.contains("MainThread"), "thread states are shown:\n{screen}");
+    let pid: u32 = screen.split("(pid ").nth(1).and_then(|t| t.split(')').next()).unwrap().parse().unwrap();
+
+    tmux.run(&["send-keys", "-t", "top", "q"]);
+    let (quit, screen) = tmux.wait_for(std::time::Duration::from_secs(10), |s| s.contains("TOP-EXITED-"));
+    assert!(quit, "q did not quit:\n{screen}");
+    assert!(screen.contains("TOP-EXITED-0"), "{screen}");
+    assert!(!screen.contains("hot lines of your code"), "the terminal is given back as it was:\n{screen}");
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the target top started is stopped and reaped");
+
+    let out = onefix().arg("report").arg(&rec).arg("--json").arg(s.path("top.json")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(s.path("top.json")).unwrap()).unwrap();
+    let f = &report["findings"][0];
+    assert_eq!(format!("{}:{}", f["file"].as_str().unwrap().rsplit('/').next().unwrap(), f["line"]), hot, "{report:#}");
+}
+
+/// The 1-based line of `file` holding `marker`.
+fn line_of(file: &Path, marker: &str) -> usize {
+    let text = std::fs::read_to_string(file).unwrap();
+    let hits: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
+    assert_eq!(hits.len(), 1);
+    hits[0]
+}

@@ -17,7 +17,7 @@ use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit
 use crate::cli::RecordArgs;
 use crate::cmd::outputs;
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Stops the load of `record --load`, if there is one.
 static LOAD_STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
@@ -29,7 +29,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 }
 
 /// Ctrl-C and SIGTERM end the recording with a full report instead of killing onefix.
-fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -190,26 +190,26 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
 }
 
 /// The sampler for the kind of program the target is, and what it brings with it.
-enum TargetSampler {
+pub(crate) enum TargetSampler {
     Python { sampler: PythonSampler, child: Option<Child> },
     Native { sampler: NativeSampler, spawned: bool },
 }
 
-struct StartedTarget {
-    sampler: TargetSampler,
-    pid: u32,
-    spawned: bool,
-    language: Language,
-    runtime_version: Option<String>,
+pub(crate) struct StartedTarget {
+    pub(crate) sampler: TargetSampler,
+    pub(crate) pid: u32,
+    pub(crate) spawned: bool,
+    pub(crate) language: Language,
+    pub(crate) runtime_version: Option<String>,
     /// Microseconds one unit of weight stands for.
-    interval_us: u64,
+    pub(crate) interval_us: u64,
     /// How often the recording loop ticks: every sample for Python, a ring-buffer drain for
     /// native sampling (the kernel samples at the rate itself).
-    tick_hz: f64,
+    pub(crate) tick_hz: f64,
 }
 
 impl TargetSampler {
-    fn as_sampler(&mut self) -> &mut dyn Sampler {
+    pub(crate) fn as_sampler(&mut self) -> &mut dyn Sampler {
         match self {
             TargetSampler::Python { sampler, .. } => sampler,
             TargetSampler::Native { sampler, .. } => sampler,
@@ -217,7 +217,7 @@ impl TargetSampler {
     }
 
     /// Ends sampling; stops a child we started when it is still running, and reaps it.
-    fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
+    pub(crate) fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
         match self {
             TargetSampler::Python { child, .. } => match child.as_mut() {
                 Some(c) => {
@@ -245,7 +245,7 @@ impl TargetSampler {
         }
     }
 
-    fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         match self {
             TargetSampler::Python { .. } => Vec::new(),
             TargetSampler::Native { sampler, .. } => sampler.warnings(),
@@ -255,7 +255,7 @@ impl TargetSampler {
 
 /// Starts the command or attaches to the pid, with the sampler its kind of program needs:
 /// native programs (ELF, not an interpreter) through perf_event, Python through py-spy.
-fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
+pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
     let native = match args.pid {
         Some(pid) => {
             if !process::exists(pid) {
