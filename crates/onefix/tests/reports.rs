@@ -461,3 +461,43 @@ fn line_of(file: &Path, marker: &str) -> usize {
     assert_eq!(hits.len(), 1);
     hits[0]
 }
+
+/// `record` on a terminal shows a progress line (elapsed, samples, read errors, the line hot
+/// now); with stderr not a terminal, or with --quiet, it says nothing while recording.
+#[test]
+fn record_shows_a_progress_line_only_on_a_terminal() {
+    let s = Scratch::new("progress");
+    let prog = s.path("forever.py");
+    std::fs::write(&prog, FOREVER_PY).unwrap();
+    let hot = format!("now: forever.py:{} crunch", line_of(&prog, "# HOT"));
+    let tmux = Tmux::new("progress");
+    let command = format!(
+        "cd {} && {} record -d 4s -o {} -- python3 {} > /dev/null; echo RECORD-EXITED-$?; sleep 60",
+        s.0.display(),
+        env!("CARGO_BIN_EXE_onefix"),
+        s.path("tty.onefix").display(),
+        prog.display()
+    );
+    tmux.run(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "20", &command]);
+    let (seen, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains(&hot));
+    assert!(seen, "no progress line naming {hot}:\n{screen}");
+    let line = screen.lines().find(|l| l.contains(&hot)).unwrap();
+    assert!(line.starts_with("onefix: ") && line.contains(" samples, 0 read errors"), "{line}");
+    let (done, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains("RECORD-EXITED-"));
+    assert!(done && screen.contains("RECORD-EXITED-0"), "{screen}");
+
+    for quiet in [false, true] {
+        let out = onefix()
+            .current_dir(&s.0)
+            .args(["record", "-d", "1s", "-o"])
+            .arg(s.path("pipe.onefix"))
+            .args(quiet.then_some("--quiet"))
+            .args(["--", "python3"])
+            .arg(&prog)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("read errors"), "no progress line when stderr is not a terminal: {stderr}");
+    }
+}

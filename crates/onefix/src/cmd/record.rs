@@ -113,14 +113,24 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // With a load, sampling lasts exactly as long as the load does.
     let stop = driven.as_ref().map_or(&INTERRUPTED, |d| &*d.finished);
     let started = Instant::now();
-    let outcome = record(sampler.as_sampler(), &mut profile, Some(&mut writer), &schedule, stop, |p| {
-        if progress {
-            eprint!(
-                "\ronefix: {:.0} s, {} reads, {} read errors   ",
-                started.elapsed().as_secs_f64(),
-                p.meta.stats.ticks,
-                p.meta.stats.errors
-            );
+    // On a terminal, a sampler wrapper follows what each tick adds for the progress line.
+    let watch = progress.then(|| {
+        let user = outputs::user_code(&profile, &args.outputs);
+        std::rc::Rc::new(std::cell::RefCell::new(crate::cmd::progress::Progress::new(user, mode)))
+    });
+    let mut watched;
+    let sampling: &mut dyn onefix_collect::Sampler = match &watch {
+        Some(w) => {
+            watched = crate::cmd::progress::Watched { inner: sampler.as_sampler(), progress: w.clone() };
+            &mut watched
+        }
+        None => sampler.as_sampler(),
+    };
+    let outcome = record(sampling, &mut profile, Some(&mut writer), &schedule, stop, |p| {
+        if let Some(w) = &watch {
+            let mut w = w.borrow_mut();
+            w.flushed = true;
+            eprint!("\r{}\x1b[K", w.line(p, started.elapsed()));
         }
     });
     if progress {
