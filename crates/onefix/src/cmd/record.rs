@@ -151,6 +151,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             if outcome.write_error.is_none() {
                 // The load's result travels with the recording, for `report` and `compare`.
                 let json = serde_json::to_vec(&result).unwrap_or_default();
+                // Also in memory, for the outputs written from this run (the HTML report).
+                profile.attachments.insert(LOAD_ATTACHMENT.to_owned(), json.clone());
                 if let Err(e) = writer.write_attachment(LOAD_ATTACHMENT, &json) {
                     eprintln!("onefix: could not add the load's result to the recording ({e})");
                 }
