@@ -91,7 +91,7 @@ pub fn write_top<W: Write>(mut w: W, profile: &Profile, diagnosis: &Diagnosis, s
     }
     let rows = status.rows.max(10);
     for line in lines.iter().take(rows - 1) {
-        writeln!(w, "{}", truncate(line, width))?;
+        writeln!(w, "{}", truncate(one_line(line).trim_end(), width))?;
     }
     w.flush()
 }
@@ -132,4 +132,23 @@ fn truncate(text: &str, width: usize) -> String {
         t.push('…');
         t
     }
+}
+
+/// A name or source line from the target may hold line breaks or control characters: on a
+/// screen redrawn in place they would break the layout, so any run of them becomes one space.
+fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut gap = false;
+    for c in text.chars() {
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            gap = true;
+            continue;
+        }
+        if gap {
+            out.push(' ');
+            gap = false;
+        }
+        out.push(c);
+    }
+    out
 }

@@ -501,3 +501,42 @@ fn record_shows_a_progress_line_only_on_a_terminal() {
         assert!(!stderr.contains("read errors"), "no progress line when stderr is not a terminal: {stderr}");
     }
 }
+
+/// `onefix top --pid` attached to a running program: Ctrl-C quits top, and the program it
+/// watched goes on running, unharmed.
+#[test]
+fn top_attached_quits_on_ctrl_c_and_leaves_the_target_running() {
+    let s = Scratch::new("top-attach");
+    let prog = s.path("forever.py");
+    std::fs::write(&prog, FOREVER_PY).unwrap();
+    // The interpreter itself, not a version manager's shim script that execs it: top must
+    // attach to Python, not to a shell about to become Python.
+    let python = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+    let python = String::from_utf8(python.stdout).unwrap().trim().to_owned();
+    let mut target = Command::new(python).arg(&prog).current_dir(&s.0).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    struct Reap<'a>(&'a mut std::process::Child);
+    impl Drop for Reap<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let pid = target.id();
+    let target = Reap(&mut target);
+    let hot = format!("forever.py:{}", line_of(&prog, "# HOT"));
+    let tmux = Tmux::new("top-attach");
+    let command = format!("{} top --pid {pid}; echo TOP-EXITED-$?; sleep 60", env!("CARGO_BIN_EXE_onefix"));
+    tmux.run(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "45", &command]);
+    let (seen, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains(&hot));
+    assert!(seen, "the hot line {hot} never appeared:\n{screen}");
+    assert!(screen.contains(&format!("pid {pid} (attached)")), "{screen}");
+    tmux.run(&["send-keys", "-t", "top", "C-c"]);
+    let (quit, screen) = tmux.wait_for(std::time::Duration::from_secs(10), |s| s.contains("TOP-EXITED-"));
+    assert!(quit && screen.contains("TOP-EXITED-0"), "Ctrl-C did not quit cleanly:\n{screen}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(matches!(target.0.try_wait(), Ok(None)), "the watched program must go on running");
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let state = state.rsplit(')').next().unwrap().split_whitespace().next().unwrap().to_owned();
+    assert!(state == "R" || state == "S", "the target is left running, not stopped: state {state}");
+}
