@@ -21,7 +21,8 @@ pub enum Command {
     /// Drive an HTTP server with an open-loop (or closed-loop) load and measure its latency.
     #[command(after_long_help = onefix_load::template::HELP)]
     Load(LoadArgs),
-    /// Say whether B is faster than A: two load results (`onefix load --json`), with statistics.
+    /// Say whether B is faster than A, with statistics: two load results (`onefix load --json`),
+    /// or two recordings (which lines' cost went down or up, and their loads if `--load` drove them).
     Compare(CompareArgs),
 }
 
@@ -215,9 +216,9 @@ fn parse_load_rate(s: &str) -> Result<LoadRate, String> {
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// The result before the change (`onefix load --json`).
+    /// Before the change: a load result (`onefix load --json`) or a recording.
     pub a: PathBuf,
-    /// The result after the change.
+    /// After the change: the same kind of file as A.
     pub b: PathBuf,
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
