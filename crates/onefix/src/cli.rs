@@ -49,6 +49,13 @@ pub struct OutputArgs {
     /// Collapsed stacks, one line per stack, for the classic flame graph tools.
     #[arg(long, value_name = "PATH")]
     pub folded: Option<PathBuf>,
+    /// pprof profile (gzipped protobuf), for `go tool pprof`, Pyroscope or Parca.
+    #[arg(long, value_name = "PATH")]
+    pub pprof: Option<PathBuf>,
+    /// One self-contained HTML report (findings, flame graphs, timeline, hot lines with source)
+    /// that opens in a browser with no network.
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
     /// Directory holding your own code (repeatable); default: the target's working directory
     /// and the script's directory.
     #[arg(long = "user-code", value_name = "DIR")]

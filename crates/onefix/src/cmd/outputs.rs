@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use onefix_diagnose::{diagnose, Diagnosis, KnowledgeBase, Options, UserCode};
 use onefix_model::{Mode, Profile};
 use onefix_report::{
-    write_flamegraph, write_folded, write_json, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
-    JsonOptions, TerminalOptions,
+    write_flamegraph, write_folded, write_html, write_json, write_pprof, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
+    FileSystemSources, HtmlRun, JsonOptions, TerminalOptions,
 };
 
 use crate::cli::{ModeArg, OutputArgs};
@@ -114,6 +114,11 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, args: &Ou
     });
     out(&args.speedscope, "speedscope profile", &|w| write_speedscope(w, profile, mode));
     out(&args.folded, "folded stacks", &|w| write_folded(w, profile, mode, &FoldedOptions::default()));
+    out(&args.pprof, "pprof profile", &|w| write_pprof(w, profile, mode));
+    out(&args.html, "HTML report", &|w| {
+        let run = HtmlRun { label: "recording".to_owned(), profile, diagnosis, mode, complete };
+        write_html(w, &[run], &FileSystemSources { cwd: profile.meta.target.cwd.clone() })
+    });
 
     let stdout = io::stdout();
     let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
