@@ -182,6 +182,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if let (Some(result), Some(spec)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was profiled:");
         crate::cmd::load::emit(result, spec.0.json.as_deref())?;
+        if let Some(note) = time_outside_the_server(&diagnosis, result) {
+            println!("  note: {note}");
+        }
     }
     if saved && !args.outputs.quiet {
         eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
@@ -312,6 +315,24 @@ fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
         runtime_version,
         interval_us: (1e6 / args.rate).round() as u64,
         tick_hz: args.rate,
+    })
+}
+
+/// When requests take much longer than the server works on each, the time is not in the
+/// server's code, and its profile cannot show where it goes: say so, with the figures.
+fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
+    let secs_per_weight = d.seconds_per_weight?;
+    if load.completed == 0 {
+        return None;
+    }
+    let busy_ms = d.busy_weight as f64 * secs_per_weight * 1e3 / load.completed as f64;
+    let service_ms = load.service_time_ms.p50;
+    (service_ms >= 5.0 && service_ms >= 5.0 * busy_ms).then(|| {
+        format!(
+            "the server's threads were busy {busy_ms:.2} ms per request, but the median request took {service_ms:.1} ms from \
+             its send: most of the time is outside the server's code (the network stack, e.g. a response written in \
+             pieces waiting on Nagle and delayed ACKs; a proxy; or the client)"
+        )
     })
 }
 
