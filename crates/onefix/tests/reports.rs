@@ -61,7 +61,8 @@ struct TopRow {
 /// Runs `go tool pprof -top ARGS FILE` and parses its table.
 fn pprof_top(file: &Path, args: &[&str]) -> Vec<TopRow> {
     let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-nodecount=50"])
+        // Every node, however small: the hot lines include lines seen once or twice.
+        .args(["tool", "pprof", "-top", "-nodecount=200", "-nodefraction=0", "-edgefraction=0"])
         .args(args)
         .arg(file)
         .output()
