@@ -24,6 +24,9 @@ pub enum Command {
     /// Say whether B is faster than A, with statistics: two load results (`onefix load --json`),
     /// or two recordings (which lines' cost went down or up, and their loads if `--load` drove them).
     Compare(CompareArgs),
+    /// A live view of a running program, redrawn every second: its hottest lines, the current
+    /// findings and its threads' states. `q` or Ctrl-C quits.
+    Top(TopArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -101,6 +104,34 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub outputs: OutputArgs,
     /// The program to start and profile.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Watch this running process instead of starting one.
+    #[arg(long, short, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Samples per second.
+    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate)]
+    pub rate: f64,
+    #[arg(long, value_enum, default_value_t = ModeArg::Wall)]
+    pub mode: ModeArg,
+    /// Seconds of the past the view covers.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Stop by itself after this long.
+    #[arg(long, short, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Save what was seen as a recording (render it later with `onefix report`).
+    #[arg(long, short, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Directory holding your own code (repeatable); default: the target's working directory
+    /// and the script's directory.
+    #[arg(long = "user-code", value_name = "DIR")]
+    pub user_code: Vec<PathBuf>,
+    /// The program to start and watch.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
 }

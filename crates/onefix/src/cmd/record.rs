@@ -17,7 +17,7 @@ use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit
 use crate::cli::RecordArgs;
 use crate::cmd::outputs;
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Stops the load of `record --load`, if there is one.
 static LOAD_STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
@@ -29,7 +29,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 }
 
 /// Ctrl-C and SIGTERM end the recording with a full report instead of killing onefix.
-fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -113,14 +113,24 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // With a load, sampling lasts exactly as long as the load does.
     let stop = driven.as_ref().map_or(&INTERRUPTED, |d| &*d.finished);
     let started = Instant::now();
-    let outcome = record(sampler.as_sampler(), &mut profile, Some(&mut writer), &schedule, stop, |p| {
-        if progress {
-            eprint!(
-                "\ronefix: {:.0} s, {} reads, {} read errors   ",
-                started.elapsed().as_secs_f64(),
-                p.meta.stats.ticks,
-                p.meta.stats.errors
-            );
+    // On a terminal, a sampler wrapper follows what each tick adds for the progress line.
+    let watch = progress.then(|| {
+        let user = outputs::user_code(&profile, &args.outputs);
+        std::rc::Rc::new(std::cell::RefCell::new(crate::cmd::progress::Progress::new(user, mode)))
+    });
+    let mut watched;
+    let sampling: &mut dyn onefix_collect::Sampler = match &watch {
+        Some(w) => {
+            watched = crate::cmd::progress::Watched { inner: sampler.as_sampler(), progress: w.clone() };
+            &mut watched
+        }
+        None => sampler.as_sampler(),
+    };
+    let outcome = record(sampling, &mut profile, Some(&mut writer), &schedule, stop, |p| {
+        if let Some(w) = &watch {
+            let mut w = w.borrow_mut();
+            w.flushed = true;
+            eprint!("\r{}\x1b[K", w.line(p, started.elapsed()));
         }
     });
     if progress {
@@ -141,6 +151,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             if outcome.write_error.is_none() {
                 // The load's result travels with the recording, for `report` and `compare`.
                 let json = serde_json::to_vec(&result).unwrap_or_default();
+                // Also in memory, for the outputs written from this run (the HTML report).
+                profile.attachments.insert(LOAD_ATTACHMENT.to_owned(), json.clone());
                 if let Err(e) = writer.write_attachment(LOAD_ATTACHMENT, &json) {
                     eprintln!("onefix: could not add the load's result to the recording ({e})");
                 }
@@ -193,26 +205,26 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
 }
 
 /// The sampler for the kind of program the target is, and what it brings with it.
-enum TargetSampler {
+pub(crate) enum TargetSampler {
     Python { sampler: PythonSampler, child: Option<Child> },
     Native { sampler: NativeSampler, spawned: bool },
 }
 
-struct StartedTarget {
-    sampler: TargetSampler,
-    pid: u32,
-    spawned: bool,
-    language: Language,
-    runtime_version: Option<String>,
+pub(crate) struct StartedTarget {
+    pub(crate) sampler: TargetSampler,
+    pub(crate) pid: u32,
+    pub(crate) spawned: bool,
+    pub(crate) language: Language,
+    pub(crate) runtime_version: Option<String>,
     /// Microseconds one unit of weight stands for.
-    interval_us: u64,
+    pub(crate) interval_us: u64,
     /// How often the recording loop ticks: every sample for Python, a ring-buffer drain for
     /// native sampling (the kernel samples at the rate itself).
-    tick_hz: f64,
+    pub(crate) tick_hz: f64,
 }
 
 impl TargetSampler {
-    fn as_sampler(&mut self) -> &mut dyn Sampler {
+    pub(crate) fn as_sampler(&mut self) -> &mut dyn Sampler {
         match self {
             TargetSampler::Python { sampler, .. } => sampler,
             TargetSampler::Native { sampler, .. } => sampler,
@@ -220,7 +232,7 @@ impl TargetSampler {
     }
 
     /// Ends sampling; stops a child we started when it is still running, and reaps it.
-    fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
+    pub(crate) fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
         match self {
             TargetSampler::Python { child, .. } => match child.as_mut() {
                 Some(c) => {
@@ -248,7 +260,7 @@ impl TargetSampler {
         }
     }
 
-    fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         match self {
             TargetSampler::Python { .. } => Vec::new(),
             TargetSampler::Native { sampler, .. } => sampler.warnings(),
@@ -258,7 +270,7 @@ impl TargetSampler {
 
 /// Starts the command or attaches to the pid, with the sampler its kind of program needs:
 /// native programs (ELF, not an interpreter) through perf_event, Python through py-spy.
-fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
+pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
     let native = match args.pid {
         Some(pid) => {
             if !process::exists(pid) {
