@@ -66,7 +66,7 @@ pub struct RecordArgs {
     #[arg(long, short, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Samples per second.
-    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate)]
+    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate, allow_negative_numbers = true)]
     pub rate: f64,
     #[arg(long, value_enum, default_value_t = ModeArg::Wall)]
     pub mode: ModeArg,
@@ -112,7 +112,7 @@ pub struct LoadArgs {
     /// Requests per second on a fixed schedule (open loop: latency counts from each request's
     /// due time), or `max` to send each request as soon as the connection's previous answer
     /// arrives (closed loop).
-    #[arg(long, short, default_value = "max", value_parser = parse_load_rate)]
+    #[arg(long, short, default_value = "max", value_parser = parse_load_rate, allow_negative_numbers = true)]
     pub rate: LoadRate,
     /// How long to send (e.g. 30s, 2m); default 10s, or until --max-requests are done.
     #[arg(long, short, value_parser = parse_duration)]
