@@ -23,6 +23,9 @@ pub enum Command {
     Load(LoadArgs),
     /// Say whether B is faster than A: two load results (`onefix load --json`), with statistics.
     Compare(CompareArgs),
+    /// Shell completions and man pages, generated from this command line (for packagers).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -180,6 +183,41 @@ pub struct CompareArgs {
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: Generate,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Generate {
+    /// The completion script for a shell, on stdout.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Man pages: onefix(1) on stdout, or with --dir one page per command (onefix-record.1, ...).
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Writes the completion script for `shell`, from the same definition clap parses with.
+pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "onefix", out);
+}
+
+/// Writes onefix(1) to `out`.
+pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
+}
+
+/// Writes onefix.1 and one page per visible subcommand (onefix-record.1, ...) into `dir`.
+pub fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), dir)
 }
 
 /// `30s`, `2m`, `1h`, `500ms`, or a number of seconds.

@@ -3,3 +3,4 @@ pub mod load;
 pub mod outputs;
 pub mod record;
 pub mod report;
+pub mod generate;
