@@ -397,6 +397,9 @@ fn invalid_templates_are_one_sentence_each() {
     fails(onefix().args(["load", "-n", "1", &format!("{url}{{{{int 1 5")]), 2, &["never closed"]);
     fails(onefix().args(["load", "-n", "1", "--body", "{{int 3 1}}", url]), 2, &["range is empty"]);
     fails(onefix().args(["load", "-n", "1", "not-a-url"]), 2, &["http://"]);
+    // Found by fuzzing: values too large to build before the first request are refused.
+    fails(onefix().args(["load", "-n", "1", &format!("{url}{{{{pick 3000 bytes 1048576 hex}}}}")]), 2, &["more than 256 MiB"]);
+    fails(onefix().args(["load", "-n", "1", &format!("{url}{{{{line /dev/zero}}}}")]), 2, &["larger than 256 MiB"]);
 }
 
 #[test]
