@@ -8,6 +8,13 @@ use onefix_load::template::{Compiler, Place, RenderCtx};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
+    // Pools of up to 10 million values are valid, and building one under the sanitizer takes
+    // longer than libFuzzer's timeout: inputs with numbers above 10,000 are left to the unit
+    // tests (the pool's byte bound is one), so the fuzzer spends its time on the parser.
+    let big_number = text.split(|c: char| !c.is_ascii_digit()).any(|d| d.len() > 4);
+    if big_number {
+        return;
+    }
     for place in [Place::Url, Place::Header, Place::Body] {
         let mut compiler = Compiler::new(7);
         let Ok(template) = compiler.compile(text, place) else { continue };
