@@ -327,11 +327,13 @@ fn a_disk_that_fills_during_a_recording_keeps_what_fit_and_says_where() {
         eprintln!("skipped: mount -t tmpfs failed (no permission in this container?)");
         return;
     };
-    // Many distinct stacks, so that the recording outgrows 16 KiB within a few seconds.
+    // A new function at every pass and stacks of every depth: many distinct frames and stacks,
+    // so that the recording outgrows 16 KiB within the first seconds (about 90 KB in 3 s alone
+    // at 1000 Hz), however busy the machine.
     let prog = s.path("grow.py");
     std::fs::write(
         &prog,
-        "import time\ndef f(n):\n    return f(n - 1) if n else sum(range(3000))\nend = time.time() + 3\nk = 0\nwhile time.time() < end:\n    f(k % 60)\n    k += 1\n",
+        "import time\ndef f(n):\n    return f(n - 1) if n else sum(range(3000))\nend = time.time() + 3\nk = 0\nwhile time.time() < end:\n    exec('def g%d(n):\\n    return f(n)\\n' % k, globals())\n    globals()['g%d' % k](k % 60)\n    k += 1\n",
     )
     .unwrap();
     let rec = disk.0.join("rec.onefix");
