@@ -416,3 +416,29 @@ fn rates_and_durations_that_do_not_parse_are_one_sentence_each() {
     fails(onefix().args(["record", "--duration", "0s", "--", "true"]), 2, &["positive duration"]);
     fails(onefix().args(["record", "--duration", "NaN", "--", "true"]), 2, &["duration"]);
 }
+
+#[test]
+fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
+    // A terminal's Ctrl-C signals the whole foreground group: onefix and the target it started.
+    // The target dies of that SIGINT; the recording ended as asked, so the exit is 0.
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new("ctrlc");
+    let prog = s.path("spin.py");
+    std::fs::write(&prog, "import time\nend = time.time() + 20\nwhile time.time() < end:\n    sum(range(1000))\n").unwrap();
+    let profiler = onefix()
+        .args(["record", "--quiet", "-o", &s.arg("rec.onefix"), "--", "python3"])
+        .arg(&prog)
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signalling the process group our own child leads.
+    unsafe { libc::killpg(profiler.id() as i32, libc::SIGINT) };
+    let out = profiler.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.lines().any(|l| l.starts_with("onefix:")), "no complaint from onefix: {err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("signal 2"), "the target's end is still reported");
+}

@@ -144,8 +144,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
+    // Ctrl-C in a terminal reaches the target too (same process group): a target ended by the
+    // SIGINT that also ended the recording did what was asked.
+    let asked_to_stop = INTERRUPTED.load(Ordering::Relaxed);
     let crashed = match profile.meta.exit {
-        Some(TargetExit::Signal(sig)) if outcome.reason == StopReason::TargetExited => Some(sig),
+        Some(TargetExit::Signal(sig)) if outcome.reason == StopReason::TargetExited && !asked_to_stop && sig != libc::SIGINT => Some(sig),
         _ => None,
     };
     if let Some(sig) = crashed {
