@@ -8,6 +8,7 @@ a few hundred kilobytes of JSON, is opened and parsed again on every request. Wi
 --fixed it is parsed once at start-up. Listens on 127.0.0.1 only.
 """
 
+# load: /price?sku={{int 0 3999}}
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ def write_settings() -> None:
 
 def load_settings() -> dict:
     with open(SETTINGS_PATH) as f:
-        return json.load(f)
+        return json.load(f)  # CULPRIT
 
 
 FIXED = "--fixed" in sys.argv

@@ -5,3 +5,4 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod top;
+pub mod generate;

@@ -78,10 +78,22 @@ pub fn default_native_user_dirs(cwd: Option<&str>, pid: u32) -> Vec<String> {
     dirs
 }
 
+/// The built-in knowledge base, parsed once per process.
+fn knowledge_base() -> &'static KnowledgeBase {
+    static KB: std::sync::OnceLock<KnowledgeBase> = std::sync::OnceLock::new();
+    KB.get_or_init(KnowledgeBase::builtin)
+}
+
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
-    let kb = KnowledgeBase::builtin();
     let user = user_code(profile, args);
-    diagnose(profile, &kb, &user, &Options { mode, ..Options::default() })
+    diagnose(profile, knowledge_base(), &user, &Options { mode, ..Options::default() })
+}
+
+/// The diagnosis with every user line in `hot_lines`, not only the hottest: for comparing
+/// recordings slice by slice.
+pub fn run_diagnosis_all_lines(profile: &Profile, mode: Mode) -> Diagnosis {
+    let user = user_code(profile, &OutputArgs::default());
+    diagnose(profile, knowledge_base(), &user, &Options { mode, max_hot_lines: usize::MAX, ..Options::default() })
 }
 
 /// Writes every output asked for, then the terminal summary on stdout. An output that cannot

@@ -67,6 +67,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
+    // A native child is held before its exec here: name it by its command, not /proc.
+    let exe = if spawned { args.command[0].clone() } else { process::exe(pid) };
     let argv = if spawned { Some(args.command.clone()) } else { process::cmdline(pid) };
     let user_code = if args.outputs.user_code.is_empty() {
         match language {
@@ -144,6 +146,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for warning in sampler.warnings() {
         eprintln!("onefix: {warning}");
     }
+    if language == Language::Native && executable_has_no_symbols(&profile, &exe) {
+        eprintln!(
+            "onefix: {exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
+        );
+    }
     drop(sampler);
 
     let load_result = match load_result {
@@ -187,18 +194,86 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     profile.samples = on_disk.map(|l| l.profile.samples).unwrap_or_default();
     profile.samples.extend(unwritten);
     if profile.sample_count() == 0 {
-        bail!("no sample was taken: the target exited before the first read{}", exit_note(&profile.meta.exit));
+        // The file holds metadata alone: nothing worth keeping.
+        let _ = std::fs::remove_file(&output);
+        bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
     }
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
     if let (Some(result), Some(spec)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was profiled:");
         crate::cmd::load::emit(result, spec.0.json.as_deref())?;
+        if let Some(note) = time_outside_the_server(&diagnosis, result) {
+            println!("  note: {note}");
+        }
     }
-    if saved && !args.outputs.quiet {
+    // Ctrl-C in a terminal reaches the target too (same process group): a target ended by the
+    // SIGINT that also ended the recording did what was asked.
+    let asked_to_stop = INTERRUPTED.load(Ordering::Relaxed);
+    let crashed = match profile.meta.exit {
+        Some(TargetExit::Signal(sig)) if outcome.reason == StopReason::TargetExited && !asked_to_stop && sig != libc::SIGINT => Some(sig),
+        _ => None,
+    };
+    if let Some(sig) = crashed {
+        // The target's crash is not onefix's, but the run did not end as asked: say so, with
+        // where what was recorded until then lies, and exit non-zero for scripts.
+        eprintln!(
+            "onefix: the target was killed by {} after {:.1} s; what was recorded until then is saved to {} (render it again with `onefix report {}`)",
+            signal_name(sig),
+            elapsed_us as f64 / 1e6,
+            output.display(),
+            output.display()
+        );
+        return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+    }
+    if !saved {
+        // The sentence about the unwritable recording was printed above.
+        return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+    }
+    if !args.outputs.quiet {
         eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Exit status when a recording was made but did not end as asked: the target crashed, or the
+/// recording file could not be written whole (disk full). 2 is kept for "nothing recorded".
+const RECORDED_BUT_INCOMPLETE: u8 = 1;
+
+/// Whether the target's own executable appears in the stacks only as addresses: stripped of its
+/// symbol table and debug information, so nothing of it can be named.
+fn executable_has_no_symbols(profile: &Profile, exe: &str) -> bool {
+    let Some(name) = std::path::Path::new(exe).file_name().and_then(|n| n.to_str()) else { return false };
+    let is_exe = |module: &str| std::path::Path::new(module).file_name().and_then(|n| n.to_str()) == Some(name);
+    let mut own = profile.frames().iter().filter(|f| is_exe(&f.module)).peekable();
+    own.peek().is_some() && own.all(|f| f.file.is_empty() && f.function.starts_with("0x"))
+}
+
+/// Why no sample was taken, in one sentence: a target that ended, or one that never ran.
+fn no_sample_sentence(exit: &Option<TargetExit>, elapsed_us: u64) -> String {
+    match exit {
+        Some(TargetExit::StillRunning) => format!(
+            "no sample was taken in {:.1} s: the target is running but did not run on a CPU or switch threads while it was watched (it was idle); nothing was saved",
+            elapsed_us as f64 / 1e6
+        ),
+        _ => format!("no sample was taken: the target exited before the first read{}; nothing was saved", exit_note(exit)),
+    }
+}
+
+/// `SIGSEGV (signal 11)`, or `signal N` for the rest.
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
 }
 
 /// The sampler for the kind of program the target is, and what it brings with it.
@@ -324,6 +399,24 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
         runtime_version,
         interval_us: (1e6 / args.rate).round() as u64,
         tick_hz: args.rate,
+    })
+}
+
+/// When requests take much longer than the server works on each, the time is not in the
+/// server's code, and its profile cannot show where it goes: say so, with the figures.
+fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
+    let secs_per_weight = d.seconds_per_weight?;
+    if load.completed == 0 {
+        return None;
+    }
+    let busy_ms = d.busy_weight as f64 * secs_per_weight * 1e3 / load.completed as f64;
+    let service_ms = load.service_time_ms.p50;
+    (service_ms >= 5.0 && service_ms >= 5.0 * busy_ms).then(|| {
+        format!(
+            "the server's threads were busy {busy_ms:.2} ms per request, but the median request took {service_ms:.1} ms from \
+             its send: most of the time is outside the server's code (the network stack, e.g. a response written in \
+             pieces waiting on Nagle and delayed ACKs; a proxy; or the client)"
+        )
     })
 }
 
