@@ -16,14 +16,14 @@ use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit
 use crate::cli::RecordArgs;
 use crate::cmd::outputs;
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
 /// Ctrl-C and SIGTERM end the recording with a full report instead of killing onefix.
-fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -35,6 +35,9 @@ fn catch_interrupts() {
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (onefix record -- python3 app.py) or a process with --pid");
+    }
+    if args.memory {
+        return crate::cmd::memory::run(args);
     }
     let mode: Mode = args.mode.into();
     let output = args.output.clone().unwrap_or_else(|| default_output(&args));
@@ -270,7 +273,7 @@ fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
 /// Native samples are taken by the kernel; the loop only drains its buffers this often.
 const NATIVE_DRAIN_HZ: f64 = 100.0;
 
-fn default_output(args: &RecordArgs) -> PathBuf {
+pub(crate) fn default_output(args: &RecordArgs) -> PathBuf {
     let name = match args.pid {
         Some(pid) => format!("pid{pid}"),
         None => args
@@ -306,7 +309,7 @@ fn stop_child(child: &mut Child) {
 }
 
 /// SIGINT, up to three seconds for `ended` to turn true, then SIGKILL.
-fn interrupt_then_kill(pid: u32, mut ended: impl FnMut() -> bool) {
+pub(crate) fn interrupt_then_kill(pid: u32, mut ended: impl FnMut() -> bool) {
     // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
     let deadline = Instant::now() + Duration::from_secs(3);
