@@ -169,3 +169,33 @@ fn python_allocations_carry_the_users_line_under_pythonmalloc_malloc() {
     let ratio = churn_alloc / kept_alloc;
     assert!((7.0..=13.0).contains(&ratio), "churn allocates {ratio:.1}x keep, not ~10x");
 }
+
+#[test]
+fn a_rust_program_s_retaining_and_churning_sites() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join("allocs_rs");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/allocs.rs");
+    let ok = Command::new("rustc").args(["-g", "-C", "opt-level=1", "-o"]).arg(&exe).arg(&src).status().expect("rustc runs");
+    assert!(ok.success());
+    let mut tracker = MemoryTracker::new(MemoryOptions { rate_bytes: 16 * 1024, python_malloc: false }).unwrap();
+    let mut cmd = Command::new(&exe);
+    tracker.prepare(&mut cmd);
+    let start = monotonic_ns();
+    let mut child = cmd.spawn().unwrap();
+    tracker.start(Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() }), start);
+    assert!(child.wait().unwrap().success());
+    let (p, _) = tracker.finish();
+    let at = |view, name: &str| -> f64 {
+        let v = p.memory_view(view);
+        v.samples
+            .iter()
+            .filter(|s| v.stack_frames_leaf_first(s.stack).map(|f| v.frame(f)).find(|f| f.file.ends_with("allocs.rs")).is_some_and(|f| f.function.contains(name)))
+            .map(|s| s.weight as f64)
+            .sum()
+    };
+    let (kept, churn_kept) = (at(MemoryView::Retained, "keep_blocks"), at(MemoryView::Retained, "churn_blocks"));
+    assert!((6.0..=10.0).contains(&(kept / MIB)), "kept {:.2} MiB", kept / MIB);
+    assert!(churn_kept < kept * 0.02, "{churn_kept} vs {kept}");
+    let ratio = at(MemoryView::Allocated, "churn_blocks") / at(MemoryView::Allocated, "keep_blocks");
+    assert!((7.0..=13.0).contains(&ratio), "churn allocates {ratio:.1}x keep");
+}
