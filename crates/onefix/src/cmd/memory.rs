@@ -18,10 +18,13 @@ use onefix_report::{write_json, JsonOptions};
 
 use crate::cli::{MemoryViewArg, OutputArgs, RecordArgs};
 use crate::cmd::outputs;
-use crate::cmd::record::{catch_interrupts, default_output, interrupt_then_kill, INTERRUPTED};
+use crate::cmd::record::{catch_interrupts, default_output, interrupt_then_kill_after, INTERRUPTED};
 
 /// How often the target's RSS is read.
 const RSS_EVERY: Duration = Duration::from_millis(100);
+/// How long a target asked to stop may take before it is killed: a program holding a large heap
+/// takes seconds to free it at exit (a Python tracker with 250,000 peers took more than three).
+const STOP_GRACE: Duration = Duration::from_secs(15);
 
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if args.pid.is_some() {
@@ -131,7 +134,8 @@ fn follow(pid: u32, duration: Option<Duration>, started: Instant) -> (TargetExit
         }
         if last_read.is_none_or(|t| t.elapsed() >= RSS_EVERY) {
             last_read = Some(Instant::now());
-            if let Some(m) = read_rss(pid) {
+            // A process between fork and exec (or a shell about to exec) reads as 0 kB.
+            if let Some(m) = read_rss(pid).filter(|m| m.rss_bytes > 0) {
                 rss.push(RssPoint { time_us: started.elapsed().as_micros() as u64, rss_bytes: m.rss_bytes });
                 peak = peak.max(m.peak_rss_bytes);
             }
@@ -145,7 +149,7 @@ fn follow(pid: u32, duration: Option<Duration>, started: Instant) -> (TargetExit
         Some(e) => e,
         None => {
             let mut reaped = None;
-            interrupt_then_kill(pid, || {
+            interrupt_then_kill_after(pid, STOP_GRACE, || {
                 reaped = reaped.take().or_else(|| reap(pid, false));
                 reaped.is_some()
             });

@@ -309,10 +309,15 @@ fn stop_child(child: &mut Child) {
 }
 
 /// SIGINT, up to three seconds for `ended` to turn true, then SIGKILL.
-pub(crate) fn interrupt_then_kill(pid: u32, mut ended: impl FnMut() -> bool) {
+pub(crate) fn interrupt_then_kill(pid: u32, ended: impl FnMut() -> bool) {
+    interrupt_then_kill_after(pid, Duration::from_secs(3), ended)
+}
+
+/// SIGINT, up to `grace` for `ended` to turn true, then SIGKILL.
+pub(crate) fn interrupt_then_kill_after(pid: u32, grace: Duration, mut ended: impl FnMut() -> bool) {
     // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if ended() {
             return;
