@@ -48,6 +48,10 @@ pub struct MemoryInfo {
     pub processes: u64,
     /// Whether Python frames were read (CPython 3.11 with the GIL held at the allocation).
     pub python_frames: bool,
+    /// The PYTHONMALLOC the target ran with, and whether onefix set it (`malloc`) rather than
+    /// the user.
+    pub python_malloc: Option<String>,
+    pub python_malloc_by_onefix: bool,
 }
 
 impl Profile {

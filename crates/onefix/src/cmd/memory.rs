@@ -90,6 +90,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     profile.meta.exit = Some(exit);
     info.rss = rss;
     info.peak_rss_bytes = peak;
+    let user_pythonmalloc = std::env::var("PYTHONMALLOC").ok();
+    info.python_malloc_by_onefix = user_pythonmalloc.is_none();
+    info.python_malloc = user_pythonmalloc.or(Some("malloc".into()));
     if !info.python_frames {
         profile.meta.target.language = Some(Language::Native);
     }
@@ -246,11 +249,15 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
         };
         d.notes.insert(0, format!("peak RSS of the target: {}{over}", mb(peak)));
     }
-    if info.python_frames {
-        d.notes.push(
-            "Python objects were tracked through PYTHONMALLOC=malloc (pymalloc's arenas hide small objects from the allocator; this costs the target about a third more CPU)"
+    match (info.python_frames, info.python_malloc.as_deref()) {
+        (true, Some("malloc")) if info.python_malloc_by_onefix => d.notes.push(
+            "Python objects were tracked through PYTHONMALLOC=malloc, set by onefix (pymalloc's arenas hide small objects from the allocator; this costs the target about a third more CPU)"
                 .into(),
-        );
+        ),
+        (true, Some(v)) if !v.starts_with("malloc") => d.notes.push(format!(
+            "PYTHONMALLOC={v} was kept as you set it: objects of 512 bytes or less come from pymalloc's 1 MiB arenas, which are sampled as mmaps and charged to the line that needed a new arena; unset PYTHONMALLOC to see every object"
+        )),
+        _ => {}
     }
     if info.untracked > 0 {
         d.notes.push(format!("{} sampled allocations could not be followed to their free: retained bytes are overestimated", info.untracked));
