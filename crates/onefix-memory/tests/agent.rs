@@ -151,13 +151,6 @@ fn python_allocations_carry_the_users_line_under_pythonmalloc_malloc() {
     tracker.start(Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() }), start);
     assert!(child.wait().unwrap().success());
     let (p, info) = tracker.finish();
-    if std::env::var_os("ONEFIX_DUMP").is_some() {
-        for s in p.samples.iter().filter(|s| p.stack_frames_leaf_first(s.stack).any(|f| true)) {
-            let names: Vec<String> = p.stack_frames_leaf_first(s.stack).take(3).map(|f| p.frame(f).label()).collect();
-            eprintln!("{} {:?} {}", s.weight, s.state, names.join(" <- "));
-        }
-        eprintln!("{info:?}");
-    }
     assert!(info.python_frames, "CPython 3.11's frames are read");
     let (keep, churn) = (py_line("keep-line"), py_line("churn-line"));
     let kept = python_bytes_at(&p, MemoryView::Retained, keep);

@@ -54,7 +54,7 @@ fn tracker(variant: &str, s: &Scratch) -> (Value, Value) {
         .unwrap();
     assert!(out.status.success(), "tracker {variant}: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stats: Value = stdout.lines().filter(|l| l.starts_with('{')).last().and_then(|l| serde_json::from_str(l).ok()).expect("the tracker's JSON line");
+    let stats: Value = stdout.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).expect("the tracker's JSON line");
     (serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(), stats)
 }
 
