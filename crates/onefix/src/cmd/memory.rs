@@ -23,8 +23,9 @@ use crate::cmd::record::{catch_interrupts, default_output, interrupt_then_kill_a
 /// How often the target's RSS is read.
 const RSS_EVERY: Duration = Duration::from_millis(100);
 /// How long a target asked to stop may take before it is killed: a program holding a large heap
-/// takes seconds to free it at exit (a Python tracker with 250,000 peers took more than three).
-const STOP_GRACE: Duration = Duration::from_secs(15);
+/// takes seconds to free it at exit (a Python tracker took 1.5 s with 50,000 peers, and more than
+/// 15 s with 250,000 on a loaded machine).
+const STOP_GRACE: Duration = Duration::from_secs(30);
 
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if args.pid.is_some() {
