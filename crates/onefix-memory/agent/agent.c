@@ -22,6 +22,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <execinfo.h>
 #include <math.h>
 #include <pthread.h>
@@ -49,7 +50,7 @@ extern void *__libc_valloc(size_t);
 extern void *__libc_pvalloc(size_t);
 
 // ---- wire format (little endian, native alignment not assumed; see src/event.rs) ----
-enum { EV_HELLO = 1, EV_ALLOC = 2, EV_FREE = 3 };
+enum { EV_HELLO = 1, EV_ALLOC = 2, EV_FREE = 3, EV_MAPS = 4 };
 #define MAGIC 0x4f4e4546u /* "FENO" */
 #define MAX_NATIVE 48
 #define MAX_PY 40
@@ -295,6 +296,28 @@ static void send_hello(int forked) {
     send_event(buf, sizeof buf);
 }
 
+// Sends the text of /proc/self/maps: onefix symbolizes with it even when this process has
+// exited before onefix could read the file. The buffer is a private mapping, unmapped after.
+static void send_maps(void) {
+    const size_t cap = 1 << 20;
+    char *buf = (char *)syscall(SYS_mmap, NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED) return;
+    fill_header((struct header *)buf, EV_MAPS);
+    size_t len = sizeof(struct header);
+    int fd = (int)syscall(SYS_open, "/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        for (;;) {
+            ssize_t n = read(fd, buf + len, cap - len);
+            if (n <= 0) break;
+            len += (size_t)n;
+            if (len == cap) break;
+        }
+        close(fd);
+        send_event(buf, len);
+    }
+    syscall(SYS_munmap, buf, cap);
+}
+
 // ---- the hook path ----
 __attribute__((always_inline)) static inline void on_alloc(void *p, size_t size, int is_mmap) {
     if (!p || in_hook || !atomic_load_explicit(&enabled, memory_order_relaxed)) return;
@@ -444,6 +467,7 @@ __attribute__((constructor)) static void agent_start(void) {
         pthread_atfork(NULL, NULL, after_fork_in_child);
         atomic_store(&enabled, 1);
         send_hello(0);
+        send_maps();
     }
     in_hook = 0;
 }

@@ -28,6 +28,8 @@ pub enum Body {
         native: Vec<u64>,
     },
     Free { addr: u64 },
+    /// The text of the process's /proc/self/maps, as it was when the agent started.
+    Maps { text: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +94,7 @@ pub fn parse(buf: &[u8]) -> Option<Event> {
             Body::Alloc { addr, size, weight, mmap: flags & 1 != 0, tracked: flags & 2 != 0, python, native }
         }
         3 => Body::Free { addr: r.u64()? },
+        4 => Body::Maps { text: String::from_utf8_lossy(&buf[HEADER..]).into_owned() },
         _ => return None,
     };
     Some(Event { pid, tid, time_ns, body })

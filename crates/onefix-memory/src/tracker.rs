@@ -201,8 +201,14 @@ impl Collector {
         let time_us = e.time_ns.saturating_sub(self.start_ns) / 1000;
         match e.body {
             Body::Hello { python, forked, ppid, .. } => {
-                // A new image (start or exec) or a fork: what was sampled in it before is gone.
-                self.live.retain(|&(pid, _), _| pid != e.pid);
+                // A new image (exec): the old image's heap is gone with it, as if freed now.
+                let gone: Vec<(u32, u64)> = self.live.keys().filter(|k| k.0 == e.pid).copied().collect();
+                for key in gone {
+                    if let Some(l) = self.live.remove(&key) {
+                        let state = ThreadState(ThreadState::FREED);
+                        self.profile.push_sample(onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight });
+                    }
+                }
                 // A fork's mappings are its parent's (and a short-lived child may be gone
                 // before its maps could be read); a new image has its own.
                 if !(forked && self.symbolizer.inherit(e.pid, ppid)) {
@@ -234,6 +240,7 @@ impl Collector {
                 }
                 self.profile.push_sample(onefix_model::Sample { time_us, thread, stack, state: ThreadState::default(), weight });
             }
+            Body::Maps { text } => self.symbolizer.load_maps_text(e.pid, &text),
             Body::Free { addr } => {
                 if let Some(l) = self.live.remove(&(e.pid, addr)) {
                     self.info.freed += 1;

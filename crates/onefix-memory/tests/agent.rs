@@ -187,7 +187,13 @@ fn a_rust_program_s_retaining_and_churning_sites() {
             .sum()
     };
     let (kept, churn_kept) = (at(MemoryView::Retained, "keep_blocks"), at(MemoryView::Retained, "churn_blocks"));
-    assert!((6.0..=10.0).contains(&(kept / MIB)), "kept {:.2} MiB", kept / MIB);
+    let top: Vec<String> = {
+        let v = p.memory_view(MemoryView::Retained);
+        let mut s: Vec<_> = v.samples.clone();
+        s.sort_by_key(|x| std::cmp::Reverse(x.weight));
+        s.iter().take(3).map(|x| format!("{} {:?}", x.weight, v.stack_frames_leaf_first(x.stack).take(5).map(|f| v.frame(f).label()).collect::<Vec<_>>())).collect()
+    };
+    assert!((6.0..=10.0).contains(&(kept / MIB)), "kept {:.2} MiB; top retained: {top:#?}", kept / MIB);
     assert!(churn_kept < kept * 0.02, "{churn_kept} vs {kept}");
     let ratio = at(MemoryView::Allocated, "churn_blocks") / at(MemoryView::Allocated, "keep_blocks");
     assert!((7.0..=13.0).contains(&ratio), "churn allocates {ratio:.1}x keep");

@@ -33,6 +33,15 @@ impl Symbolizer {
         space.load_proc_maps(pid, &mut self.modules);
     }
 
+    /// Takes the process's mappings from the text of its /proc/PID/maps, sent by the process
+    /// itself: a short-lived process may be gone before onefix could read them.
+    pub fn load_maps_text(&mut self, pid: u32, maps: &str) {
+        let space = self.spaces.entry(pid).or_default();
+        space.clear();
+        space.load_maps_text(None, maps, &mut self.modules);
+        space.maps_read = Some(Instant::now());
+    }
+
     /// Gives a forked child its parent's mappings; false when the parent's are unknown.
     pub fn inherit(&mut self, child: u32, parent: u32) -> bool {
         match self.spaces.get(&parent).cloned() {
