@@ -70,6 +70,8 @@ fn lab_tracker_names_the_line_that_keeps_each_peers_parsed_query() {
     // The evidence: what was stored was allocated by the query parse.
     assert!(first["evidence"].as_array().unwrap().iter().any(|e| e["frame"].as_str().unwrap().contains("parse_qs")), "{first:#}");
     assert!(first["share"].as_f64().unwrap() > 0.25, "{first:#}");
+    // Growth: its retained bytes rose in most time windows while peers were being added.
+    assert!(first["recurrence"].as_f64().unwrap() >= 0.5, "{first:#}");
     assert!(slow["memory"]["peak_rss_bytes"].as_u64().unwrap() > 0 && slow["memory"]["rss"].as_array().unwrap().len() > 3);
 
     let (fixed, fixed_stats) = tracker("fixed", &s);
