@@ -20,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = {
     "token-updater": ("tokens_per_s", "tokens/s", True),
     "synapse-headers": ("mean_s", "s/call", False),
+    "tracker": ("peak_rss_mb", "MB peak RSS", False),
 }
 
 

@@ -42,6 +42,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (onefix record -- python3 app.py) or a process with --pid");
     }
+    if args.memory {
+        return crate::cmd::memory::run(args);
+    }
     let mode: Mode = args.mode.into();
     // Everything wrong with a load is said before a server is started for it.
     let load = match &args.load {
@@ -404,7 +407,7 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
 
 /// When requests take much longer than the server works on each, the time is not in the
 /// server's code, and its profile cannot show where it goes: say so, with the figures.
-fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
+pub(crate) fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
     let secs_per_weight = d.seconds_per_weight?;
     if load.completed == 0 {
         return None;
@@ -421,20 +424,20 @@ fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::L
 }
 
 /// How long a started server may take before its port answers, under `--load`.
-const SERVER_START_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const SERVER_START_LIMIT: Duration = Duration::from_secs(30);
 /// The name of the load's JSON result among a recording's attachments.
 pub const LOAD_ATTACHMENT: &str = "load";
 
 /// The load of `record --load`, running on its own thread while the server is sampled.
-struct DrivenLoad {
+pub(crate) struct DrivenLoad {
     /// Raised when the load has ended, by itself or because it was stopped.
-    finished: Arc<AtomicBool>,
+    pub(crate) finished: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<onefix_load::LoadResult, onefix_load::LoadError>>,
 }
 
 impl DrivenLoad {
-    fn start(cfg: onefix_load::LoadConfig) -> DrivenLoad {
+    pub(crate) fn start(cfg: onefix_load::LoadConfig) -> DrivenLoad {
         let stop = LOAD_STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
         let finished = Arc::new(AtomicBool::new(false));
         let (stop2, finished2) = (stop.clone(), finished.clone());
@@ -447,7 +450,7 @@ impl DrivenLoad {
     }
 
     /// Stops the load if sampling ended first (the server exited, Ctrl-C), and gives its result.
-    fn finish(self) -> Result<onefix_load::LoadResult, String> {
+    pub(crate) fn finish(self) -> Result<onefix_load::LoadResult, String> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.join() {
             Ok(r) => r.map_err(|e| e.to_string()),
@@ -459,7 +462,7 @@ impl DrivenLoad {
 /// Native samples are taken by the kernel; the loop only drains its buffers this often.
 const NATIVE_DRAIN_HZ: f64 = 100.0;
 
-fn default_output(args: &RecordArgs) -> PathBuf {
+pub(crate) fn default_output(args: &RecordArgs) -> PathBuf {
     let name = match args.pid {
         Some(pid) => format!("pid{pid}"),
         None => args
@@ -495,10 +498,15 @@ fn stop_child(child: &mut Child) {
 }
 
 /// SIGINT, up to three seconds for `ended` to turn true, then SIGKILL.
-fn interrupt_then_kill(pid: u32, mut ended: impl FnMut() -> bool) {
+pub(crate) fn interrupt_then_kill(pid: u32, ended: impl FnMut() -> bool) {
+    interrupt_then_kill_after(pid, Duration::from_secs(3), ended)
+}
+
+/// SIGINT, up to `grace` for `ended` to turn true, then SIGKILL.
+pub(crate) fn interrupt_then_kill_after(pid: u32, grace: Duration, mut ended: impl FnMut() -> bool) {
     // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if ended() {
             return;
