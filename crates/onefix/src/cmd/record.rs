@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use onefix_collect::asyncio::{AsyncioChannel, AsyncioTasks, TaskMerge};
 use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Sampler, Schedule, StopReason};
 use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
@@ -104,7 +105,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // Only now, with sampling stopped, is a child we started stopped if need be and reaped
     // (see onefix_collect::process).
     profile.meta.exit = Some(sampler.stop(&mut profile, elapsed_us, outcome.reason == StopReason::TargetExited, pid));
-    for warning in sampler.warnings() {
+    for warning in sampler.warnings(mode) {
         eprintln!("onefix: {warning}");
     }
     drop(sampler);
@@ -197,8 +198,9 @@ impl TargetSampler {
         }
     }
 
-    fn warnings(&self) -> Vec<String> {
+    fn warnings(&self, mode: Mode) -> Vec<String> {
         match self {
+            TargetSampler::Python { sampler, .. } if mode == Mode::Wall => sampler.asyncio_notes(),
             TargetSampler::Python { .. } => Vec::new(),
             TargetSampler::Native { sampler, .. } => sampler.warnings(),
         }
@@ -238,11 +240,23 @@ fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
         });
     }
 
+    // In wall mode, a program we start gets the asyncio bootstrap (see onefix_collect::asyncio).
+    let asyncio_channel = match (args.pid, mode) {
+        (None, Mode::Wall) => AsyncioChannel::create(args.rate)
+            .map_err(|e| eprintln!("onefix: asyncio await chains are off: cannot make their channel ({e})"))
+            .ok(),
+        _ => None,
+    };
     let mut child: Option<Child> = None;
     let pid = match args.pid {
         Some(pid) => pid,
         None => {
-            let c = Command::new(&args.command[0]).args(&args.command[1..]).spawn().map_err(|e| match e.kind() {
+            let mut command = Command::new(&args.command[0]);
+            command.args(&args.command[1..]);
+            if let Some(channel) = &asyncio_channel {
+                command.envs(channel.env());
+            }
+            let c = command.spawn().map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
                 std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
                 _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
@@ -254,7 +268,12 @@ fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
     };
     let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
     let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
-    let sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    if let Some(channel) = asyncio_channel {
+        let kb = onefix_diagnose::KnowledgeBase::builtin();
+        let merge = TaskMerge::new(args.rate, Box::new(move |frame| kb.parks(frame)));
+        sampler.set_asyncio(AsyncioTasks { channel, merge });
+    }
     let runtime_version = Some(sampler.version.clone());
     Ok(StartedTarget {
         spawned: child.is_some(),
