@@ -152,6 +152,11 @@ impl Engine<'_> {
             let candidates: Vec<u16> = leaf_first.iter().filter_map(|&f| self.frame(f).idle).collect();
             idle = candidates.into_iter().find(|&e| self.kb.entries[e as usize].spec.anywhere);
         }
+        // A parking primitive under a known cost (an HTTP client waiting for its reply through
+        // an asyncio.Event) is waiting for that cost, not parked for want of work.
+        if idle.is_some() && beneath.iter().any(|&f| !self.frame(f).cost.is_empty()) {
+            idle = None;
+        }
         let truncated = leaf_first.last().is_some_and(|&root| {
             let frame = self.profile.frame(root);
             let module = crate::names::python_module(&frame.file);

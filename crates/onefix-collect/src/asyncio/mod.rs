@@ -33,9 +33,9 @@ pub const BOOTSTRAP: &str = include_str!("sitecustomize.py");
 /// Virtual thread ids of tasks start here: far above any Linux tid (at most 2^22).
 pub const TASK_TID_BASE: u64 = 1 << 40;
 
-/// Decides whether a frame parks a task for want of work (a queue, an event, an `accept`):
-/// knowledge the diagnosis keeps as data, passed in by the caller.
-pub type ParksFn = Box<dyn Fn(&Frame) -> bool + Send>;
+/// Decides whether a task's await chain (outermost first) parks it for want of work (a queue,
+/// an event, an `accept`): knowledge the diagnosis keeps as data, passed in by the caller.
+pub type ParksFn = Box<dyn Fn(&[Frame]) -> bool + Send>;
 
 /// One task in a snapshot.
 #[derive(Clone, Debug, PartialEq)]
@@ -202,9 +202,9 @@ impl TaskMerge {
         }
         let mut outstanding = tasks
             .iter()
-            .filter(|t| t.state == TaskState::Waiting && t.chain.last().is_some_and(|f| !(self.parks)(f)));
+            .filter(|t| t.state == TaskState::Waiting && !t.chain.is_empty() && !(self.parks)(&t.chain));
         let (Some(task), None) = (outstanding.next(), outstanding.next()) else {
-            let more = tasks.iter().filter(|t| t.state == TaskState::Waiting && t.chain.last().is_some_and(|f| !(self.parks)(f))).count();
+            let more = tasks.iter().filter(|t| t.state == TaskState::Waiting && !t.chain.is_empty() && !(self.parks)(&t.chain)).count();
             if more == 0 {
                 self.stats.nothing_outstanding += 1;
             } else {

@@ -27,7 +27,7 @@ fn queue_chain() -> String {
 
 /// Parks on queue.get only, as the knowledge base would say.
 fn merge() -> TaskMerge {
-    TaskMerge::new(100.0, Box::new(|f: &Frame| f.function == "get" && f.file.ends_with("/queues.py")))
+    TaskMerge::new(100.0, Box::new(|c: &[Frame]| c.last().is_some_and(|f| f.function == "get" && f.file.ends_with("/queues.py"))))
 }
 
 fn snapshot(m: &mut TaskMerge, secs: f64, tasks: &[(u64, &str, &str, String)]) {
