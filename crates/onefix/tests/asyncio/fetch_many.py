@@ -71,13 +71,13 @@ async def main() -> None:
     port, n, rounds, mode = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     run = {"serial": serial, "gather": gather, "taskgroup": taskgroup}[mode]
     pool = Pool(port)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     check = 0
     for r in range(rounds):
         check += await run(pool, [f"/item/{r}/{i}" for i in range(n)])
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - cpu0
     pool.close()
-    print(json.dumps({"mode": mode, "requests": n * rounds, "seconds": round(seconds, 4), "check": check}))
+    print(json.dumps({"mode": mode, "requests": n * rounds, "seconds": round(seconds, 4), "cpu_seconds": round(cpu_seconds, 4), "check": check}))
 
 
 asyncio.run(main())
