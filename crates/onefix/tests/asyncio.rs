@@ -235,3 +235,63 @@ fn charged_percent(stderr: &str) -> f64 {
     let after = line.split("of the event loop's waits, ").nth(1).unwrap();
     after.split('%').next().unwrap().parse().unwrap()
 }
+
+/// The merge and the diagnosis together, on hand-built samples: a loop thread that waits 80% of
+/// the time with one await outstanding gives a serial-io finding at the loop with a 5x bound;
+/// the same waits with two awaits outstanding give none.
+#[test]
+fn merged_samples_make_serial_io_only_when_one_await_is_outstanding() {
+    use onefix_collect::asyncio::TaskMerge;
+    use onefix_diagnose::{diagnose, KnowledgeBase, Options, UserCode};
+    use onefix_model::{Frame, Meta, Profile, Sample, ThreadState};
+
+    let s = Scratch::new("merge");
+    let app = s.path("app.py");
+    std::fs::write(&app, "import asyncio\n\nasync def main(paths):\n    for p in paths:\n        body = await fetch(p)\n        digest(body)\n").unwrap();
+    let app_s = app.display().to_string();
+    let lib = "/usr/lib/python3.11";
+    let loop_frames = |leaf: Frame| {
+        vec![
+            Frame::python("<module>", &app_s, 9),
+            Frame::python("BaseEventLoop.run_forever", format!("{lib}/asyncio/base_events.py"), 607),
+            Frame::python("BaseEventLoop._run_once", format!("{lib}/asyncio/base_events.py"), 1884),
+            leaf,
+        ]
+    };
+    let select = loop_frames(Frame::python("EpollSelector.select", format!("{lib}/selectors.py"), 468));
+    let digest = [Frame::python("<module>", &app_s, 9), Frame::python("main", &app_s, 6)];
+    let fetch = format!("main\x1f{app_s}\x1f5\x1eStreamReader._wait_for_data\x1f{lib}/asyncio/streams.py\x1f540");
+
+    let diagnosis_with = |outstanding: usize| {
+        let kb = KnowledgeBase::builtin();
+        let mut merge = TaskMerge::new(100.0, Box::new(move |c| kb.parks_chain(c)));
+        let mut p = Profile::new(Meta::default());
+        let loop_thread = p.intern_thread(7, 7, Some("MainThread"));
+        for tick in 0..500u64 {
+            let now = 1_000_000 + tick * 10_000;
+            merge.ingest_line(&format!("S\t7\t99\t{:.6}\t{outstanding}", now as f64 / 1e6));
+            for task in 0..outstanding {
+                merge.ingest_line(&format!("T\t7\t7\t{task}\tTask-{task}\tw\t{fetch}"));
+            }
+            let (frames, active) = if tick % 5 == 0 { (&digest[..], true) } else { (&select[..], false) };
+            if !merge.charge(&mut p, 7, 7, frames, active, now, tick * 10_000) {
+                let ids: Vec<_> = frames.iter().map(|f| p.intern_frame(f.clone())).collect();
+                let stack = p.intern_stack(ids);
+                p.push_sample(Sample { time_us: tick * 10_000, thread: loop_thread, stack, state: ThreadState::new(active, active), weight: 1 });
+            }
+        }
+        let user = UserCode::new([s.0.to_str().unwrap()], Some(&s.0));
+        (diagnose(&p, &KnowledgeBase::builtin(), &user, &Options::default()), merge.stats)
+    };
+
+    let (serial, stats) = diagnosis_with(1);
+    assert_eq!((stats.loop_waits, stats.charged), (400, 400));
+    let f = &serial.findings[0];
+    assert_eq!((f.kind.as_str(), f.line), ("serial-io", 4), "at the loop: {f:?}");
+    assert_eq!(f.evidence[0].line, 5, "the await that waits: {f:?}");
+    assert!((f.max_speedup.unwrap() - 5.0).abs() < 0.3, "{f:?}");
+
+    let (overlapped, stats) = diagnosis_with(2);
+    assert_eq!(stats.overlapped, 400);
+    assert!(overlapped.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", overlapped.findings);
+}
