@@ -295,3 +295,29 @@ fn merged_samples_make_serial_io_only_when_one_await_is_outstanding() {
     assert_eq!(stats.overlapped, 400);
     assert!(overlapped.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", overlapped.findings);
 }
+
+/// A program that never imports asyncio is recorded as before: the bootstrap's thread is in no
+/// sample and no asyncio sentence is printed.
+#[test]
+fn the_bootstrap_thread_is_never_sampled() {
+    let s = Scratch::new("no-asyncio");
+    let prog = s.path("sleepy.py");
+    std::fs::write(&prog, "import time\nfor _ in range(30):\n    time.sleep(0.02)\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_onefix"))
+        .current_dir(&s.0)
+        .args(["record", "--quiet", "--mode", "wall", "-o"])
+        .arg(s.path("r.onefix"))
+        .arg("--folded")
+        .arg(s.path("r.folded"))
+        .args(["--", &python()])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let folded = std::fs::read_to_string(s.path("r.folded")).unwrap();
+    assert!(folded.contains("sleepy.py"), "{folded}");
+    // (Its import, at start-up, is on the main thread like any sitecustomize.)
+    assert!(!folded.contains("_run (sitecustomize.py"), "{folded}");
+    assert!(!stderr.contains("asyncio"), "{stderr}");
+}

@@ -153,6 +153,9 @@ impl TaskMerge {
                 snap.loops.entry(tid).or_default().push(TaskSnap { id, name: unescape(fields[4]), state, chain });
                 self.commit_if_complete(pid);
             }
+            "H" if fields.len() == 3 => {
+                self.helpers.insert((pid, fields[2].parse().ok()?));
+            }
             "U" if fields.len() == 3 => self.remark(format!(
                 "asyncio await chains are not read on Python {}: onefix knows the task registries of CPython 3.11 to 3.13",
                 fields[2]

@@ -5,6 +5,15 @@
 # but chain to the sitecustomize it shadows. It only reads interpreter state: it never changes
 # a task, a loop or a frame, and it stops for good at the first error.
 
+# The channel is lines of tab-separated fields (strings escape \\, \t and \n):
+#   H pid helper_tid                         this thread, announced once at start
+#   S pid helper_tid monotonic_s count       a snapshot: the next `count` T lines belong to it
+#   T pid loop_tid task_id name state chain  state r(unning), j(oining other tasks), w(aiting);
+#                                            chain: frames outermost first, joined by \x1e,
+#                                            each qualname \x1f filename \x1f line
+#   U pid version                            no known task registry on this Python version
+#   V pid uvloop                             the program runs uvloop
+
 import os
 import sys
 
@@ -74,6 +83,11 @@ def _run():
     interval = 1.0 / max(_RATE_HZ, 1.0)
     try:
         fd = os.open(_CHANNEL, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:
+        return
+    # Say at once which thread is ours, so that onefix leaves it out of every sample.
+    try:
+        os.write(fd, f"H\t{os.getpid()}\t{me}\n".encode())
     except OSError:
         return
     # Until the program imports asyncio there is nothing to read: look rarely.

@@ -103,6 +103,8 @@ fn the_channel_format_is_read_strictly_and_its_helper_thread_known() {
     let task = &m.latest[&7].loops[&7][0];
     assert_eq!(task.name, "odd\tname");
     assert_eq!(task.chain[0].file, "/app/a\\b.py");
+    m.ingest_line("H\t8\t42");
+    assert!(m.is_helper(8, 42), "announced before any snapshot");
     m.ingest_line("U\t7\t3.14.0");
     m.ingest_line("V\t7\tuvloop");
     m.ingest_line("V\t7\tuvloop");
