@@ -321,3 +321,31 @@ fn the_bootstrap_thread_is_never_sampled() {
     assert!(!folded.contains("_run (sitecustomize.py"), "{folded}");
     assert!(!stderr.contains("asyncio"), "{stderr}");
 }
+
+/// uvloop waits in compiled code, where no selector frame shows: the program records as before
+/// and onefix says that its waits stay with the loop.
+#[test]
+fn a_uvloop_program_records_and_says_what_is_not_available() {
+    if Command::new(python()).args(["-c", "import uvloop"]).output().map(|o| !o.status.success()).unwrap_or(true) {
+        panic!("uvloop is not installed: ./setup installs it (tests/programs/requirements.txt)");
+    }
+    let server = SlowServer::start(Duration::from_millis(10));
+    let s = Scratch::new("uvloop");
+    let json = s.path("r.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_onefix"))
+        .current_dir(&s.0)
+        .args(["record", "--quiet", "--mode", "wall", "-o"])
+        .arg(s.path("r.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .args(["--", &python()])
+        .arg(program())
+        .args([server.port.to_string(), "20".into(), "3".into(), "serial".into(), "uvloop".into()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(report["exit"]["code"], 0, "{report:#}");
+    assert!(stderr.contains("runs uvloop"), "{stderr}");
+}

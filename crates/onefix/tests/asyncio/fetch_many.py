@@ -1,6 +1,6 @@
 """Fetch N resources from a local HTTP server, ROUNDS times, and digest each reply.
 
-    python3 fetch_many.py PORT N ROUNDS serial|gather|taskgroup
+    python3 fetch_many.py PORT N ROUNDS serial|gather|taskgroup [uvloop]
 
 serial awaits the requests one after another; gather and taskgroup issue a round's requests
 concurrently. Prints one JSON line with the seconds the rounds took.
@@ -80,4 +80,9 @@ async def main() -> None:
     print(json.dumps({"mode": mode, "requests": n * rounds, "seconds": round(seconds, 4), "cpu_seconds": round(cpu_seconds, 4), "check": check}))
 
 
-asyncio.run(main())
+if sys.argv[5:] == ["uvloop"]:
+    import uvloop
+
+    uvloop.run(main())
+else:
+    asyncio.run(main())
