@@ -290,6 +290,10 @@ fn unescape(s: &str) -> String {
     out
 }
 
+/// The bootstrap takes at most this many snapshots a second, whatever the sampling rate: each
+/// one holds the target's GIL while it walks the tasks.
+pub const MAX_SNAPSHOT_HZ: f64 = 100.0;
+
 /// The FIFO the bootstrap writes into, and the directory holding both; removed on drop.
 pub struct AsyncioChannel {
     dir: PathBuf,
@@ -316,7 +320,7 @@ impl AsyncioChannel {
             std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path)
         })();
         match made {
-            Ok(fifo) => Ok(AsyncioChannel { dir, fifo, buf: Vec::new(), rate_hz }),
+            Ok(fifo) => Ok(AsyncioChannel { dir, fifo, buf: Vec::new(), rate_hz: rate_hz.min(MAX_SNAPSHOT_HZ) }),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
                 Err(e)
@@ -335,6 +339,11 @@ impl AsyncioChannel {
             ("ONEFIX_ASYNCIO".to_owned(), self.fifo_path().display().to_string()),
             ("ONEFIX_ASYNCIO_HZ".to_owned(), format!("{}", self.rate_hz)),
         ]
+    }
+
+    /// Snapshots a second the bootstrap is asked for.
+    pub fn snapshot_hz(&self) -> f64 {
+        self.rate_hz
     }
 
     pub fn fifo_path(&self) -> PathBuf {

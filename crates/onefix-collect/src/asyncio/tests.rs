@@ -119,7 +119,8 @@ fn the_channel_format_is_read_strictly_and_its_helper_thread_known() {
 
 #[test]
 fn the_channel_delivers_whole_lines_through_the_fifo() {
-    let mut ch = AsyncioChannel::create(100.0).unwrap();
+    let mut ch = AsyncioChannel::create(1000.0).unwrap();
+    assert_eq!(ch.snapshot_hz(), MAX_SNAPSHOT_HZ, "snapshots are capped, whatever the sampling rate");
     let env = ch.env();
     assert!(env[0].1.starts_with(&ch.dir().display().to_string()));
     assert!(ch.dir().join("sitecustomize.py").exists());

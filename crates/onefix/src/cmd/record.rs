@@ -271,7 +271,7 @@ fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
     let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
     if let Some(channel) = asyncio_channel {
         let kb = onefix_diagnose::KnowledgeBase::builtin();
-        let merge = TaskMerge::new(args.rate, Box::new(move |chain| kb.parks_chain(chain)));
+        let merge = TaskMerge::new(channel.snapshot_hz(), Box::new(move |chain| kb.parks_chain(chain)));
         sampler.set_asyncio(AsyncioTasks { channel, merge });
     }
     let runtime_version = Some(sampler.version.clone());
