@@ -30,6 +30,9 @@ use onefix_model::{Frame, FrameKind, Profile, Sample, ThreadState};
 /// The bootstrap, written next to the FIFO when recording starts.
 pub const BOOTSTRAP: &str = include_str!("sitecustomize.py");
 
+/// At most this many tasks waiting for one another are followed up from a waiting task.
+const MAX_PARENTS: usize = 8;
+
 /// Virtual thread ids of tasks start here: far above any Linux tid (at most 2^22).
 pub const TASK_TID_BASE: u64 = 1 << 40;
 
@@ -46,6 +49,8 @@ pub struct TaskSnap {
     pub state: TaskState,
     /// Coroutine frames, outermost first.
     pub chain: Vec<Frame>,
+    /// Ids of the tasks it awaits (directly or through gather): their stacks continue its own.
+    pub children: Vec<u64>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,7 +139,7 @@ impl TaskMerge {
                 self.pending.insert(pid, (snap, count));
                 self.commit_if_complete(pid);
             }
-            "T" if fields.len() == 7 => {
+            "T" if fields.len() == 7 || fields.len() == 8 => {
                 let tid: u64 = fields[2].parse().ok()?;
                 let id: u64 = fields[3].parse().ok()?;
                 let state = match fields[5] {
@@ -149,8 +154,12 @@ impl TaskMerge {
                     let (name, file, line) = (parts.next()?, parts.next()?, parts.next()?);
                     chain.push(Frame::python(unescape(name), unescape(file), line.parse().ok()?));
                 }
+                let children = match fields.get(7) {
+                    Some(list) => list.split(',').filter(|c| !c.is_empty()).map(|c| c.parse().ok()).collect::<Option<Vec<u64>>>()?,
+                    None => Vec::new(),
+                };
                 let (snap, _) = self.pending.get_mut(&pid)?;
-                snap.loops.entry(tid).or_default().push(TaskSnap { id, name: unescape(fields[4]), state, chain });
+                snap.loops.entry(tid).or_default().push(TaskSnap { id, name: unescape(fields[4]), state, chain, children });
                 self.commit_if_complete(pid);
             }
             "H" if fields.len() == 3 => {
@@ -220,8 +229,18 @@ impl TaskMerge {
         let next_tid = TASK_TID_BASE + self.task_tids.len() as u64;
         let vtid = *self.task_tids.entry(key).or_insert(next_tid);
         let thread = profile.intern_thread(pid, vtid, Some(&format!("task {}", task.name)));
+        // The tasks that wait for this one, outermost first: their chains lead to it.
+        let mut parents: Vec<&TaskSnap> = Vec::new();
+        let mut child = task.id;
+        while parents.len() < MAX_PARENTS {
+            let Some(parent) = tasks.iter().find(|t| t.children.contains(&child) && !parents.iter().any(|p| p.id == t.id)) else { break };
+            parents.push(parent);
+            child = parent.id;
+        }
+        parents.reverse();
         let mut stack = None;
-        for f in loop_prefix(frames).iter().chain(task.chain.iter()) {
+        let chains = parents.iter().flat_map(|p| p.chain.iter()).chain(task.chain.iter());
+        for f in loop_prefix(frames).iter().chain(chains) {
             let id = profile.intern_frame(f.clone());
             stack = Some(profile.intern_stack_node(stack, id));
         }

@@ -8,9 +8,11 @@
 # The channel is lines of tab-separated fields (strings escape \\, \t and \n):
 #   H pid helper_tid                         this thread, announced once at start
 #   S pid helper_tid monotonic_s count       a snapshot: the next `count` T lines belong to it
-#   T pid loop_tid task_id name state chain  state r(unning), j(oining other tasks), w(aiting);
+#   T pid loop_tid task_id name state chain children
+#                                            state r(unning), j(oining other tasks), w(aiting);
 #                                            chain: frames outermost first, joined by \x1e,
-#                                            each qualname \x1f filename \x1f line
+#                                            each qualname \x1f filename \x1f line;
+#                                            children: ids of the tasks it awaits, comma-separated
 #   U pid version                            no known task registry on this Python version
 #   V pid uvloop                             the program runs uvloop
 
@@ -165,7 +167,11 @@ def _run():
                     and (os.path.basename(innermost.co_filename), innermost.co_name) in fan_in
                 )
                 state = "r" if running else ("j" if join else "w")
-                lines.append(f"T\t{os.getpid()}\t{tid}\t{id(task)}\t{_esc(task.get_name())}\t{state}\t" + "\x1e".join(chain) + "\n")
+                # The tasks this one waits for, when it awaits them directly or through gather:
+                # their stacks continue this one's.
+                children = getattr(waiter, "_children", None) or ([waiter] if isinstance(waiter, tasks.Task) else [])
+                kids = ",".join(str(id(c)) for c in children[:_MAX_TASKS])
+                lines.append(f"T\t{os.getpid()}\t{tid}\t{id(task)}\t{_esc(task.get_name())}\t{state}\t" + "\x1e".join(chain) + f"\t{kids}\n")
             except Exception:
                 continue
         record = f"S\t{os.getpid()}\t{me}\t{now:.6f}\t{len(lines)}\n" + "".join(lines)

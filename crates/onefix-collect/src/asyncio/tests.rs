@@ -135,3 +135,19 @@ fn the_channel_delivers_whole_lines_through_the_fifo() {
     drop(ch);
     assert!(!dir.exists());
 }
+
+#[test]
+fn a_task_awaited_by_another_continues_its_stack() {
+    let mut m = merge();
+    m.ingest_line("S\t7\t99\t10.000000\t2");
+    m.ingest_line(&format!("T\t7\t7\t1\tTask-1\tj\t{}\t2", chain(&[("main", "/app/main.py", 33), ("wait_for", &format!("{LIB}/asyncio/tasks.py"), 479)])));
+    m.ingest_line(&format!("T\t7\t7\t2\tTask-2\tw\t{}\t", chain(&[("fetch", "/app/main.py", 18), ("read", &format!("{LIB}/asyncio/streams.py"), 711)])));
+    let mut p = Profile::new(Meta::default());
+    assert!(m.charge(&mut p, 7, 7, &loop_stack(), false, 10_001_000, 0));
+    let s = p.samples[0];
+    assert_eq!(p.thread(s.thread).name.as_deref(), Some("task Task-2"), "charged to the task that waits");
+    let names: Vec<String> = p.stack_frames_root_first(s.stack).iter().map(|&f| p.frame(f).function.clone()).collect();
+    assert_eq!(names, ["<module>", "run", "run_forever", "main", "wait_for", "fetch", "read"], "under the task that awaits it");
+    m.ingest_line("T\t7\t7\t1\tTask-1\tj\tmain\x1f/app/main.py\x1f3\tnot-a-number");
+    assert_eq!(m.stats.bad_lines, 1);
+}
