@@ -181,7 +181,8 @@ fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, asyncio: O
     let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
     if let Some(a) = asyncio {
         let pid = trace.pid as u32;
-        if a.merge.is_helper(pid, tid) {
+        // By its announced id, or by its name before the announcement is read.
+        if a.merge.is_helper(pid, tid) || trace.thread_name.as_deref() == Some(crate::asyncio::HELPER_THREAD) {
             return;
         }
         if loop_waiting(trace) {

@@ -30,6 +30,9 @@ use onefix_model::{Frame, FrameKind, Profile, Sample, ThreadState};
 /// The bootstrap, written next to the FIFO when recording starts.
 pub const BOOTSTRAP: &str = include_str!("sitecustomize.py");
 
+/// The name of the bootstrap's thread.
+pub const HELPER_THREAD: &str = "onefix-asyncio";
+
 /// At most this many tasks waiting for one another are followed up from a waiting task.
 const MAX_PARENTS: usize = 8;
 
