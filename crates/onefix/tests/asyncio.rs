@@ -107,6 +107,14 @@ impl Drop for SlowServer {
     }
 }
 
+/// The live tests run one at a time: one compares a bound with a speedup measured in the same
+/// run, which the others' load would skew.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 fn python() -> String {
     std::env::var("ONEFIX_TEST_PYTHON").unwrap_or_else(|_| "python3".to_owned())
 }
@@ -184,12 +192,14 @@ fn serial_awaits_found_and_bound_checked(python: &str) {
 
 #[test]
 fn serial_awaits_are_serial_io_at_the_await_and_gather_is_not() {
+    let _one = one_at_a_time();
     serial_awaits_found_and_bound_checked(&python());
 }
 
 /// Every other CPython the machine has (pyenv), 3.12 and 3.13 included.
 #[test]
 fn serial_awaits_on_each_installed_cpython() {
+    let _one = one_at_a_time();
     let root = Path::new("/root/.pyenv/versions");
     let mut found = 0;
     for minor in ["3.12", "3.13"] {
@@ -207,6 +217,7 @@ fn serial_awaits_on_each_installed_cpython() {
 
 #[test]
 fn the_token_updater_fixed_charges_its_waits_to_the_await() {
+    let _one = one_at_a_time();
     let s = Scratch::new("token-updater");
     let json = s.path("fixed.json");
     let profiler = format!(
@@ -300,6 +311,7 @@ fn merged_samples_make_serial_io_only_when_one_await_is_outstanding() {
 /// sample and no asyncio sentence is printed.
 #[test]
 fn the_bootstrap_thread_is_never_sampled() {
+    let _one = one_at_a_time();
     let s = Scratch::new("no-asyncio");
     let prog = s.path("sleepy.py");
     std::fs::write(&prog, "import time\nfor _ in range(30):\n    time.sleep(0.02)\n").unwrap();
@@ -326,6 +338,7 @@ fn the_bootstrap_thread_is_never_sampled() {
 /// and onefix says that its waits stay with the loop.
 #[test]
 fn a_uvloop_program_records_and_says_what_is_not_available() {
+    let _one = one_at_a_time();
     if Command::new(python()).args(["-c", "import uvloop"]).output().map(|o| !o.status.success()).unwrap_or(true) {
         panic!("uvloop is not installed: ./setup installs it (tests/programs/requirements.txt)");
     }
