@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What reading asyncio await chains costs the target, at 100 Hz.
 
-    bench/asyncio/overhead.py [REPS] [TASKS] [ROUNDS]
+    bench/asyncio/overhead.py [REPS] [TASKS] [ROUNDS] [SLEEP_MS]
 
 Runs bench/asyncio/tasks_work.py, interleaved REPS times each, as:
   base      python3 alone
@@ -31,7 +31,7 @@ def run(prefix, args):
 
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    args = [sys.argv[2] if len(sys.argv) > 2 else "200", sys.argv[3] if len(sys.argv) > 3 else "400"]
+    args = [sys.argv[2] if len(sys.argv) > 2 else "200", sys.argv[3] if len(sys.argv) > 3 else "400", sys.argv[4] if len(sys.argv) > 4 else "0"]
     with tempfile.TemporaryDirectory() as tmp:
         rec = os.path.join(tmp, "r.onefix")
         configs = {
