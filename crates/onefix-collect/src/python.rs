@@ -7,7 +7,7 @@ use onefix_model::{Frame, FrameKind, Profile, Sample, ThreadState};
 use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
-use crate::asyncio::{monotonic_us, AsyncioTasks};
+use crate::asyncio::{monotonic_us, AsyncioTasks, ThreadSample};
 use crate::{process, CollectError, Sampler, Tick};
 
 #[derive(Clone, Debug)]
@@ -33,7 +33,7 @@ pub struct PythonSampler {
     /// Interpreter version of the first process attached, e.g. "3.11.7".
     pub version: String,
     /// Await chains from the bootstrap of a program onefix started (see [`crate::asyncio`]).
-    asyncio: Option<AsyncioTasks>,
+    asyncio: Option<Box<AsyncioTasks>>,
     /// A thread was seen waiting in an asyncio event loop's selector.
     saw_event_loop: bool,
 }
@@ -121,7 +121,7 @@ impl PythonSampler {
 
     /// Charges event-loop waits to the awaits the bootstrap reports through `tasks`.
     pub fn set_asyncio(&mut self, tasks: AsyncioTasks) {
-        self.asyncio = Some(tasks);
+        self.asyncio = Some(Box::new(tasks));
     }
 
     /// Sentences about what the samples could and could not show of asyncio.
@@ -187,7 +187,8 @@ fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, asyncio: O
         }
         if loop_waiting(trace) {
             let frames: Vec<Frame> = trace.frames.iter().rev().map(convert_frame).collect();
-            if a.merge.charge(profile, pid, tid, &frames, trace.active, monotonic_us(), time_us) {
+            let sample = ThreadSample { pid, tid, frames: &frames, active: trace.active };
+            if a.merge.charge(profile, &sample, monotonic_us(), time_us) {
                 return;
             }
         }
@@ -241,7 +242,7 @@ impl Sampler for PythonSampler {
                 Ok(traces) => {
                     for trace in &traces {
                         self.saw_event_loop |= loop_waiting(trace);
-                        add_trace(profile, trace, time_us, self.asyncio.as_mut());
+                        add_trace(profile, trace, time_us, self.asyncio.as_deref_mut());
                     }
                     added += traces.len();
                 }

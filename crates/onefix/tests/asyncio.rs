@@ -252,7 +252,7 @@ fn charged_percent(stderr: &str) -> f64 {
 /// the same waits with two awaits outstanding give none.
 #[test]
 fn merged_samples_make_serial_io_only_when_one_await_is_outstanding() {
-    use onefix_collect::asyncio::TaskMerge;
+    use onefix_collect::asyncio::{TaskMerge, ThreadSample};
     use onefix_diagnose::{diagnose, KnowledgeBase, Options, UserCode};
     use onefix_model::{Frame, Meta, Profile, Sample, ThreadState};
 
@@ -285,7 +285,8 @@ fn merged_samples_make_serial_io_only_when_one_await_is_outstanding() {
                 merge.ingest_line(&format!("T\t7\t7\t{task}\tTask-{task}\tw\t{fetch}"));
             }
             let (frames, active) = if tick % 5 == 0 { (&digest[..], true) } else { (&select[..], false) };
-            if !merge.charge(&mut p, 7, 7, frames, active, now, tick * 10_000) {
+            let sample = ThreadSample { pid: 7, tid: 7, frames, active };
+            if !merge.charge(&mut p, &sample, now, tick * 10_000) {
                 let ids: Vec<_> = frames.iter().map(|f| p.intern_frame(f.clone())).collect();
                 let stack = p.intern_stack(ids);
                 p.push_sample(Sample { time_us: tick * 10_000, thread: loop_thread, stack, state: ThreadState::new(active, active), weight: 1 });

@@ -92,6 +92,17 @@ pub struct MergeStats {
     pub bad_lines: u64,
 }
 
+/// One thread's stack at a tick, as the sampler read it.
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadSample<'a> {
+    pub pid: u32,
+    pub tid: u64,
+    /// Root first.
+    pub frames: &'a [Frame],
+    /// On a CPU or runnable.
+    pub active: bool,
+}
+
 /// Turns task snapshots into samples; independent of where the snapshots come from.
 pub struct TaskMerge {
     parks: ParksFn,
@@ -199,11 +210,12 @@ impl TaskMerge {
         self.helpers.contains(&(pid, tid))
     }
 
-    /// Takes a sample of thread `tid` of `pid` (frames root first). When the thread is an
+    /// Takes a sample of one thread. When the thread is an
     /// event loop waiting in its selector with exactly one await outstanding, the sample is
     /// pushed onto that task's virtual thread and `true` returned; otherwise nothing is pushed
     /// and the caller adds the sample as usual.
-    pub fn charge(&mut self, profile: &mut Profile, pid: u32, tid: u64, frames: &[Frame], active: bool, now_mono_us: u64, time_us: u64) -> bool {
+    pub fn charge(&mut self, profile: &mut Profile, sample: &ThreadSample, now_mono_us: u64, time_us: u64) -> bool {
+        let ThreadSample { pid, tid, frames, active } = *sample;
         if active || !waits_in_selector(frames) {
             return false;
         }

@@ -6,10 +6,10 @@ const LIB: &str = "/usr/lib/python3.11";
 fn loop_stack() -> Vec<Frame> {
     vec![
         Frame::python("<module>", "/app/main.py", 40),
-        Frame::python("run", &format!("{LIB}/asyncio/runners.py"), 190),
-        Frame::python("run_forever", &format!("{LIB}/asyncio/base_events.py"), 607),
-        Frame::python("BaseEventLoop._run_once", &format!("{LIB}/asyncio/base_events.py"), 1884),
-        Frame::python("EpollSelector.select", &format!("{LIB}/selectors.py"), 468),
+        Frame::python("run", format!("{LIB}/asyncio/runners.py"), 190),
+        Frame::python("run_forever", format!("{LIB}/asyncio/base_events.py"), 607),
+        Frame::python("BaseEventLoop._run_once", format!("{LIB}/asyncio/base_events.py"), 1884),
+        Frame::python("EpollSelector.select", format!("{LIB}/selectors.py"), 468),
     ]
 }
 
@@ -42,7 +42,7 @@ fn one_outstanding_await_takes_the_loop_sample_with_the_loop_stack_as_root() {
     let mut m = merge();
     snapshot(&mut m, 10.0, &[(1, "Task-1", "w", fetch_chain(18)), (2, "Task-2", "w", queue_chain())]);
     let mut p = Profile::new(Meta::default());
-    assert!(m.charge(&mut p, 7, 7, &loop_stack(), false, 10_004_000, 500));
+    assert!(m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_004_000, 500));
     assert_eq!(p.samples.len(), 1);
     let s = p.samples[0];
     assert_eq!(s.time_us, 500);
@@ -52,7 +52,7 @@ fn one_outstanding_await_takes_the_loop_sample_with_the_loop_stack_as_root() {
     let names: Vec<String> = p.stack_frames_root_first(s.stack).iter().map(|&f| p.frame(f).function.clone()).collect();
     assert_eq!(names, ["<module>", "run", "run_forever", "main", "fetch", "read"], "the loop's own iteration is cut off");
     // The same task keeps its virtual thread; the merge counted what it did.
-    assert!(m.charge(&mut p, 7, 7, &loop_stack(), false, 10_006_000, 510));
+    assert!(m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_006_000, 510));
     assert_eq!(p.threads().len(), 1);
     assert_eq!((m.stats.loop_waits, m.stats.charged), (2, 2));
 }
@@ -62,7 +62,7 @@ fn overlapping_awaits_leave_the_wait_to_the_loop() {
     let mut m = merge();
     snapshot(&mut m, 10.0, &[(1, "Task-1", "j", chain(&[("main", "/app/main.py", 33)])), (2, "Task-2", "w", fetch_chain(18)), (3, "Task-3", "w", fetch_chain(18))]);
     let mut p = Profile::new(Meta::default());
-    assert!(!m.charge(&mut p, 7, 7, &loop_stack(), false, 10_001_000, 0));
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_001_000, 0));
     assert!(p.samples.is_empty());
     assert_eq!((m.stats.overlapped, m.stats.charged), (1, 0));
 }
@@ -72,7 +72,7 @@ fn tasks_joining_others_or_parked_are_not_outstanding() {
     let mut m = merge();
     snapshot(&mut m, 10.0, &[(1, "Task-1", "j", chain(&[("main", "/app/main.py", 33)])), (2, "Task-2", "w", queue_chain())]);
     let mut p = Profile::new(Meta::default());
-    assert!(!m.charge(&mut p, 7, 7, &loop_stack(), false, 10_001_000, 0));
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_001_000, 0));
     assert_eq!(m.stats.nothing_outstanding, 1);
 }
 
@@ -81,14 +81,14 @@ fn only_a_loop_waiting_in_its_selector_with_a_fresh_snapshot_is_charged() {
     let mut m = merge();
     snapshot(&mut m, 10.0, &[(1, "Task-1", "w", fetch_chain(18))]);
     let mut p = Profile::new(Meta::default());
-    assert!(!m.charge(&mut p, 7, 7, &loop_stack(), true, 10_001_000, 0), "a running loop is not waiting");
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: true }, 10_001_000, 0), "a running loop is not waiting");
     let working = &loop_stack()[..3];
-    assert!(!m.charge(&mut p, 7, 7, working, false, 10_001_000, 0), "not in the selector");
-    assert!(!m.charge(&mut p, 7, 8, &loop_stack(), false, 10_001_000, 0), "another thread runs no loop of the snapshot");
-    assert!(!m.charge(&mut p, 7, 7, &loop_stack(), false, 10_500_000, 0), "half a second later the snapshot says nothing");
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: working, active: false }, 10_001_000, 0), "not in the selector");
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 8, frames: &loop_stack(), active: false }, 10_001_000, 0), "another thread runs no loop of the snapshot");
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_500_000, 0), "half a second later the snapshot says nothing");
     assert_eq!(m.stats.no_snapshot, 1);
     snapshot(&mut m, 11.0, &[(1, "Task-1", "r", fetch_chain(18))]);
-    assert!(!m.charge(&mut p, 7, 7, &loop_stack(), false, 11_001_000, 0), "a snapshot taken mid-step shows no wait");
+    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 11_001_000, 0), "a snapshot taken mid-step shows no wait");
     assert!(p.samples.is_empty());
 }
 
@@ -143,7 +143,7 @@ fn a_task_awaited_by_another_continues_its_stack() {
     m.ingest_line(&format!("T\t7\t7\t1\tTask-1\tj\t{}\t2", chain(&[("main", "/app/main.py", 33), ("wait_for", &format!("{LIB}/asyncio/tasks.py"), 479)])));
     m.ingest_line(&format!("T\t7\t7\t2\tTask-2\tw\t{}\t", chain(&[("fetch", "/app/main.py", 18), ("read", &format!("{LIB}/asyncio/streams.py"), 711)])));
     let mut p = Profile::new(Meta::default());
-    assert!(m.charge(&mut p, 7, 7, &loop_stack(), false, 10_001_000, 0));
+    assert!(m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_001_000, 0));
     let s = p.samples[0];
     assert_eq!(p.thread(s.thread).name.as_deref(), Some("task Task-2"), "charged to the task that waits");
     let names: Vec<String> = p.stack_frames_root_first(s.stack).iter().map(|&f| p.frame(f).function.clone()).collect();
