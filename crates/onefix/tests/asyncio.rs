@@ -363,3 +363,37 @@ fn a_uvloop_program_records_and_says_what_is_not_available() {
     assert_eq!(report["exit"]["code"], 0, "{report:#}");
     assert!(stderr.contains("runs uvloop"), "{stderr}");
 }
+
+/// Attached to a running asyncio program, onefix cannot read its tasks and says so in one
+/// sentence; the recording is made as before.
+#[test]
+fn attaching_to_an_asyncio_program_says_await_chains_need_onefix_to_start_it() {
+    let _one = one_at_a_time();
+    let s = Scratch::new("attach");
+    let prog = s.path("waits.py");
+    let ready = s.path("ready");
+    std::fs::write(&prog, "import asyncio, sys\n\nasync def main():\n    open(sys.argv[1], 'w').close()\n    for _ in range(500):\n        await asyncio.sleep(0.02)\n\nasyncio.run(main())\n").unwrap();
+    let mut target = Command::new(python()).arg(&prog).arg(&ready).spawn().unwrap();
+    // Attach once the loop runs (a pyenv shim takes a while to become the interpreter).
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "the target did not start");
+    let out = Command::new(env!("CARGO_BIN_EXE_onefix"))
+        .current_dir(&s.0)
+        .args(["record", "--quiet", "--mode", "wall", "--duration", "1", "-o"])
+        .arg(s.path("r.onefix"))
+        .args(["--pid", &target.id().to_string()])
+        .output()
+        .unwrap();
+    let still_running = target.try_wait().unwrap().is_none();
+    let _ = target.kill();
+    let _ = target.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(still_running, "the target is left running");
+    assert!(stderr.contains("await chains are read only from programs onefix starts"), "{stderr}");
+}
