@@ -164,15 +164,15 @@ fn serial_awaits_found_and_bound_checked(python: &str) {
     assert_eq!(f["kind"], "serial-io", "{serial:#}\n{stderr}");
     assert_eq!(f["line"], line_of(&file, "for path in paths:"), "{serial:#}");
     assert_eq!(f["evidence"][0]["line"], line_of(&file, "head = await reader.readuntil("), "the await that waits: {serial:#}");
-    assert!(charged_percent(&stderr) >= 50.0, "{stderr}");
+    assert!(waits_percent(&serial, "were charged to the one await outstanding") >= 50.0, "{serial:#}");
     let bound = f["max_speedup"].as_f64().expect("a bound");
-    eprintln!("{python} serial: share {} bound {bound:.2}x; {}", f["share"], stderr.lines().find(|l| l.contains("asyncio:")).unwrap_or(""));
+    eprintln!("{python} serial: share {} bound {bound:.2}x; {}", f["share"], notes(&serial));
 
     for mode in ["gather", "taskgroup"] {
         let (concurrent, stderr) = recorded(&s, python, server.port, n, rounds, mode);
         let serial_io: Vec<&Value> = concurrent["findings"].as_array().unwrap().iter().filter(|x| x["kind"] == "serial-io").collect();
         assert!(serial_io.is_empty(), "{mode}: {concurrent:#}\n{stderr}");
-        assert!(stderr.contains("overlapped two or more awaits"), "{stderr}");
+        assert!(waits_percent(&concurrent, "overlapped two or more awaits") >= 50.0, "{mode}: {concurrent:#}");
     }
 
     // Measured without the profiler, on the same server, alternately; the best of several
@@ -237,14 +237,21 @@ fn the_token_updater_fixed_charges_its_waits_to_the_await() {
     let top = &report["hot_lines"][0];
     assert_eq!(top["line"], await_line, "{report:#}\n{stderr}");
     assert!(top["blocked_share"].as_f64().unwrap() >= 0.05, "the await's waits: {report:#}\n{stderr}");
-    assert!(charged_percent(&stderr) >= 50.0, "{stderr}");
+    assert!(waits_percent(&report, "were charged to the one await outstanding") >= 50.0, "{report:#}");
 }
 
-/// The share of the event loop's waits charged to an await, from onefix's summary line.
-fn charged_percent(stderr: &str) -> f64 {
-    let line = stderr.lines().find(|l| l.contains("of the event loop's waits")).unwrap_or_else(|| panic!("no asyncio summary: {stderr}"));
-    let after = line.split("of the event loop's waits, ").nth(1).unwrap();
-    after.split('%').next().unwrap().parse().unwrap()
+/// The report's notes, one a line.
+fn notes(report: &Value) -> String {
+    report["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_owned()).collect::<Vec<_>>().join("\n")
+}
+
+/// A percentage of the event loop's waits from onefix's asyncio note: `what` is the text that
+/// follows it ("were charged to the one await outstanding", "overlapped two or more awaits").
+fn waits_percent(report: &Value, what: &str) -> f64 {
+    let all = notes(report);
+    let line = all.lines().find(|l| l.contains("of the event loop's waits")).unwrap_or_else(|| panic!("no asyncio note: {all}"));
+    let before = line.split(&format!("% {what}")).next().unwrap();
+    before.rsplit(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"))
 }
 
 /// The merge and the diagnosis together, on hand-built samples: a loop thread that waits 80% of
@@ -322,6 +329,8 @@ fn the_bootstrap_thread_is_never_sampled() {
         .arg(s.path("r.onefix"))
         .arg("--folded")
         .arg(s.path("r.folded"))
+        .arg("--json")
+        .arg(s.path("r.json"))
         .args(["--", &python()])
         .arg(&prog)
         .output()
@@ -332,7 +341,8 @@ fn the_bootstrap_thread_is_never_sampled() {
     assert!(folded.contains("sleepy.py"), "{folded}");
     // (Its import, at start-up, is on the main thread like any sitecustomize.)
     assert!(!folded.contains("_run (sitecustomize.py"), "{folded}");
-    assert!(!stderr.contains("asyncio"), "{stderr}");
+    let report: Value = serde_json::from_slice(&std::fs::read(s.path("r.json")).unwrap()).unwrap();
+    assert!(!notes(&report).contains("asyncio"), "{report:#}");
 }
 
 /// uvloop waits in compiled code, where no selector frame shows: the program records as before
@@ -361,7 +371,7 @@ fn a_uvloop_program_records_and_says_what_is_not_available() {
     assert!(out.status.success(), "{stderr}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["exit"]["code"], 0, "{report:#}");
-    assert!(stderr.contains("runs uvloop"), "{stderr}");
+    assert!(notes(&report).contains("runs uvloop"), "{report:#}");
 }
 
 /// Attached to a running asyncio program, onefix cannot read its tasks and says so in one
@@ -386,6 +396,8 @@ fn attaching_to_an_asyncio_program_says_await_chains_need_onefix_to_start_it() {
         .current_dir(&s.0)
         .args(["record", "--quiet", "--mode", "wall", "--duration", "1", "-o"])
         .arg(s.path("r.onefix"))
+        .arg("--json")
+        .arg(s.path("r.json"))
         .args(["--pid", &target.id().to_string()])
         .output()
         .unwrap();
@@ -395,5 +407,6 @@ fn attaching_to_an_asyncio_program_says_await_chains_need_onefix_to_start_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(still_running, "the target is left running");
-    assert!(stderr.contains("await chains are read only from programs onefix starts"), "{stderr}");
+    let report: Value = serde_json::from_slice(&std::fs::read(s.path("r.json")).unwrap()).unwrap();
+    assert!(notes(&report).contains("await chains are read only from programs onefix starts"), "{report:#}");
 }

@@ -105,9 +105,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // Only now, with sampling stopped, is a child we started stopped if need be and reaped
     // (see onefix_collect::process).
     profile.meta.exit = Some(sampler.stop(&mut profile, elapsed_us, outcome.reason == StopReason::TargetExited, pid));
-    for warning in sampler.warnings(mode) {
+    for warning in sampler.warnings() {
         eprintln!("onefix: {warning}");
     }
+    let asyncio_notes = sampler.asyncio_notes(mode);
     drop(sampler);
 
     // The samples are on disk, batch by batch; read them back for the report. Whatever the
@@ -134,7 +135,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if profile.sample_count() == 0 {
         bail!("no sample was taken: the target exited before the first read{}", exit_note(&profile.meta.exit));
     }
-    let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    diagnosis.notes.extend(asyncio_notes);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
     if saved && !args.outputs.quiet {
         eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
@@ -198,9 +200,17 @@ impl TargetSampler {
         }
     }
 
-    fn warnings(&self, mode: Mode) -> Vec<String> {
+    /// What the recording could and could not show of asyncio tasks (wall mode only: CPU mode
+    /// does not count waits).
+    fn asyncio_notes(&self, mode: Mode) -> Vec<String> {
         match self {
             TargetSampler::Python { sampler, .. } if mode == Mode::Wall => sampler.asyncio_notes(),
+            _ => Vec::new(),
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        match self {
             TargetSampler::Python { .. } => Vec::new(),
             TargetSampler::Native { sampler, .. } => sampler.warnings(),
         }
