@@ -156,6 +156,11 @@ impl Engine<'_> {
             let candidates: Vec<u16> = leaf_first.iter().filter_map(|&f| self.frame(f).idle).collect();
             idle = candidates.into_iter().find(|&e| self.kb.entries[e as usize].spec.anywhere);
         }
+        // A parking primitive under a known cost (an HTTP client waiting for its reply through
+        // an asyncio.Event) is waiting for that cost, not parked for want of work.
+        if idle.is_some() && beneath.iter().any(|&f| !self.frame(f).cost.is_empty()) {
+            idle = None;
+        }
         let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
         let waiting_call = match leaf_first.first() {
             Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {

@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use onefix_collect::asyncio::{AsyncioChannel, AsyncioTasks, TaskMerge};
 use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Sampler, Schedule, StopReason};
 use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
@@ -154,6 +155,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             "onefix: {exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
         );
     }
+    let asyncio_notes = sampler.asyncio_notes(mode);
     drop(sampler);
 
     let load_result = match load_result {
@@ -201,7 +203,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         let _ = std::fs::remove_file(&output);
         bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
     }
-    let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    diagnosis.notes.extend(asyncio_notes);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
     if let (Some(result), Some(spec)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was profiled:");
@@ -335,6 +338,15 @@ impl TargetSampler {
         }
     }
 
+    /// What the recording could and could not show of asyncio tasks (wall mode only: CPU mode
+    /// does not count waits).
+    fn asyncio_notes(&self, mode: Mode) -> Vec<String> {
+        match self {
+            TargetSampler::Python { sampler, .. } if mode == Mode::Wall => sampler.asyncio_notes(),
+            _ => Vec::new(),
+        }
+    }
+
     pub(crate) fn warnings(&self) -> Vec<String> {
         match self {
             TargetSampler::Python { .. } => Vec::new(),
@@ -376,11 +388,23 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
         });
     }
 
+    // In wall mode, a program we start gets the asyncio bootstrap (see onefix_collect::asyncio).
+    let asyncio_channel = match (args.pid, mode) {
+        (None, Mode::Wall) => AsyncioChannel::create(args.rate)
+            .map_err(|e| eprintln!("onefix: asyncio await chains are off: cannot make their channel ({e})"))
+            .ok(),
+        _ => None,
+    };
     let mut child: Option<Child> = None;
     let pid = match args.pid {
         Some(pid) => pid,
         None => {
-            let c = Command::new(&args.command[0]).args(&args.command[1..]).spawn().map_err(|e| match e.kind() {
+            let mut command = Command::new(&args.command[0]);
+            command.args(&args.command[1..]);
+            if let Some(channel) = &asyncio_channel {
+                command.envs(channel.env());
+            }
+            let c = command.spawn().map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
                 std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
                 _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
@@ -392,7 +416,12 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
     };
     let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
     let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
-    let sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    if let Some(channel) = asyncio_channel {
+        let kb = onefix_diagnose::KnowledgeBase::builtin();
+        let merge = TaskMerge::new(channel.snapshot_hz(), Box::new(move |chain| kb.parks_chain(chain)));
+        sampler.set_asyncio(AsyncioTasks { channel, merge });
+    }
     let runtime_version = Some(sampler.version.clone());
     Ok(StartedTarget {
         spawned: child.is_some(),
