@@ -292,6 +292,9 @@ pub struct CompareArgs {
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// For two recordings: one HTML page with both side by side and their differential flame graph.
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -98,9 +98,13 @@ fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_com
         .arg(dir.join("fixed.onefix"))
         .arg("--json")
         .arg(&cmp)
+        .arg("--html")
+        .arg(dir.join("compare.html"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(dir.join("compare.html")).unwrap();
+    assert!(page.contains("slow.onefix") && page.contains("fixed.onefix"), "the page shows both runs");
     let c: Value = serde_json::from_slice(&std::fs::read(&cmp).unwrap()).unwrap();
     assert!(c["load"]["latency"]["mean_a"].is_number(), "both loads travel with their recordings: {c:#}");
     assert_eq!(c["unit"], "ms of the line per request");
