@@ -152,7 +152,7 @@ fn recorded(s: &Scratch, python: &str, port: u16, n: u32, rounds: u32, mode: &st
 /// Each trial records the serial version, whose run gives both the bound and the serial time
 /// (so that the machine's load at that moment weighs on both alike), then the gather version
 /// right after; the median of three trials is compared, the machine being shared.
-fn serial_awaits_found_and_bound_checked(python: &str) {
+fn serial_awaits_found_and_bound_checked(python: &str, assert_bound: bool) {
     let server = SlowServer::start(Duration::from_millis(15));
     let s = Scratch::new(&format!("serial-{}", python.rsplit('/').next().unwrap_or(python)));
     let (n, rounds) = (50, 3);
@@ -191,7 +191,7 @@ fn serial_awaits_found_and_bound_checked(python: &str) {
     // the samples show as running; the comparison then says more about the load than about
     // onefix, so it is reported, not asserted (the findings above still are).
     let (load, cores) = load_and_cores();
-    if load > 2.0 * cores {
+    if load > 2.0 * cores || !assert_bound {
         eprintln!("load average {load:.1} on {cores} cores: speedup/bound {ratios:.2?} not asserted");
         return;
     }
@@ -208,7 +208,7 @@ fn load_and_cores() -> (f64, f64) {
 #[test]
 fn serial_awaits_are_serial_io_at_the_await_and_gather_is_not() {
     let _one = one_at_a_time();
-    serial_awaits_found_and_bound_checked(&python());
+    serial_awaits_found_and_bound_checked(&python(), true);
 }
 
 /// Every other CPython the machine has (pyenv), 3.12 and 3.13 included.
@@ -225,7 +225,9 @@ fn serial_awaits_on_each_installed_cpython() {
             continue;
         };
         found += 1;
-        serial_awaits_found_and_bound_checked(&dir.join("bin/python3").display().to_string());
+        // The findings are asserted on each version; the bound against the measured speedup
+        // (a timing) once, on the project's own interpreter, above.
+        serial_awaits_found_and_bound_checked(&dir.join("bin/python3").display().to_string(), false);
     }
     eprintln!("{found} other CPython versions checked");
 }
