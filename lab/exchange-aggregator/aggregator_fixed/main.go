@@ -44,7 +44,7 @@ type Quote struct {
 }
 
 func fetchQuote(base string, exchange int) (Quote, error) {
-	resp, err := client.Get(fmt.Sprintf("%s/exchanges/%d/book?pair=BTC-USDT&depth=400", base, exchange))
+	resp, err := client.Get(fmt.Sprintf("%s/exchanges/%d/book?pair=BTC-USDT&depth=1000", base, exchange))
 	if err != nil {
 		return Quote{}, err
 	}

@@ -39,7 +39,7 @@ type Quote struct {
 func fetchQuote(base string, exchange int) (Quote, error) {
 	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
 	defer client.CloseIdleConnections()
-	resp, err := client.Get(fmt.Sprintf("%s/exchanges/%d/book?pair=BTC-USDT&depth=400", base, exchange))
+	resp, err := client.Get(fmt.Sprintf("%s/exchanges/%d/book?pair=BTC-USDT&depth=1000", base, exchange))
 	if err != nil {
 		return Quote{}, err
 	}

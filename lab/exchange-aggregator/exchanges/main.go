@@ -61,7 +61,7 @@ func makeBook(rng *rand.Rand, name string, levels int) []byte {
 func main() {
 	portFile := flag.String("port-file", "", "write the port to this file once listening")
 	count := flag.Int("exchanges", 12, "number of exchanges")
-	levels := flag.Int("levels", 400, "price levels per side of each book")
+	levels := flag.Int("levels", 1000, "price levels per side of each book")
 	minDelay := flag.Int("min-delay-ms", 5, "fastest exchange's latency")
 	maxDelay := flag.Int("max-delay-ms", 20, "slowest exchange's latency")
 	flag.Parse()
