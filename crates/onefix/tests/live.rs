@@ -334,6 +334,47 @@ fn lab_synapse_headers_names_the_schema_rebuilt_per_call() {
     lab_case("synapse-headers", "synapse_slow.py", "self.model_json_schema()", "repeated-setup", &[("COUNT", "300"), ("MAX_SECONDS", "15")]);
 }
 
+/// Story 001 in Go: the goroutine that issues the 12 requests one after another is seen waiting
+/// (no OS thread shows it), so the loop is named as serial-io with one request in flight, and
+/// the encoding/json decode line as serialization; the fixed version (concurrent requests,
+/// jsoniter) has neither.
+#[test]
+fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !have_go || !Path::new("/usr/share/gocode/src/github.com/json-iterator/go").exists() {
+        eprintln!("skipped: needs golang-go and golang-github-json-iterator-go-dev (./setup installs them)");
+        return;
+    }
+    let _one_at_a_time = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let s = Scratch::new("exchange-aggregator");
+    let json = s.path("r.json");
+    let profiler = format!("{} record --quiet -o {} --json {} --", env!("CARGO_BIN_EXE_onefix"), s.path("r.onefix").display(), json.display());
+    let case = repo().join("lab").join("exchange-aggregator");
+
+    lab_run("exchange-aggregator", "slow", &profiler, &[("ROUNDS", "12")]);
+    let slow: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let src = case.join("aggregator_slow").join("main.go");
+    let f = first_finding(&slow);
+    assert_eq!(f["kind"], "serial-io", "{slow:#}");
+    assert!(f["file"].as_str().unwrap().ends_with("aggregator_slow/main.go"), "{slow:#}");
+    assert_eq!(f["line"], line_of(&src, "for i := 0; i < exchanges; i++ {"), "the loop that issues the requests: {slow:#}");
+    let in_flight = f["evidence"].as_array().unwrap().iter().find_map(|e| e["frame"].as_str()?.strip_prefix("waits in flight at once: ")).expect("in-flight evidence");
+    let median: f64 = in_flight.split(' ').next().unwrap().parse().unwrap();
+    assert!(median <= 1.2, "one request at a time: {in_flight}");
+    let decode = slow["findings"].as_array().unwrap().iter().find(|x| x["kind"] == "serialization").unwrap_or_else(|| panic!("no serialization finding: {slow:#}"));
+    assert_eq!(decode["line"], line_of(&src, "json.Unmarshal(body, &book)"), "{slow:#}");
+    assert!(decode["evidence"].as_array().unwrap().iter().any(|e| e["frame"].as_str().unwrap().starts_with("encoding/json.")), "{decode:#}");
+
+    lab_run("exchange-aggregator", "fixed", &profiler, &[("ROUNDS", "60")]);
+    let fixed: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let findings = fixed["findings"].as_array().unwrap();
+    assert!(findings.iter().all(|x| x["kind"] != "serial-io" && x["kind"] != "serialization"), "{fixed:#}");
+    // What waits for the network in the fixed version waits concurrently, at the call.
+    if let Some(w) = findings.iter().find(|x| x["rule"] == "network-wait-concurrent") {
+        assert_eq!(w["line"], line_of(&case.join("aggregator_fixed").join("main.go"), "resp, err := client.Get("), "{fixed:#}");
+    }
+}
+
 const PROCESS_POOL: &str = r#"
 import time
 from multiprocessing import Pool
