@@ -375,6 +375,76 @@ fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
     }
 }
 
+const SETUP_GO: &str = r#"// Per-pass set-up that a Go service should do once: a trust store built from the system's CA
+// bundle, and a regular expression compiled, on every pass.
+package main
+
+import (
+	"crypto/x509"
+	"os"
+	"regexp"
+	"time"
+)
+
+func trustedPool(bundle []byte) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(bundle) // CERTS
+	return pool
+}
+
+func parse(line string) []string {
+	re := regexp.MustCompile(`^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2}) (?P<level>[A-Z]+) \[(?P<module>[\w.]+)\] (?P<msg>.*)$`) // REGEX
+	return re.FindStringSubmatch(line)
+}
+
+func main() {
+	bundle, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		os.Exit(2)
+	}
+	lines := []string{"2024-01-02T03:04:05 INFO [auth.session] ok", "2024-01-02T03:04:06 WARN [net.pool] slow", "bad line"}
+	end := time.Now().Add(2500 * time.Millisecond)
+	n := 0
+	for time.Now().Before(end) {
+		if trustedPool(bundle) != nil {
+			n++
+		}
+		for i := 0; i < 40; i++ {
+			if parse(lines[i%len(lines)]) != nil {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		os.Exit(1)
+	}
+}
+"#;
+
+/// The knowledge base's Go entries fire on a real recording: a CA bundle parsed into a new
+/// trust store and a regular expression compiled on every pass are named as repeated set-up
+/// at their lines.
+#[test]
+fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !have_go || !Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
+        eprintln!("skipped: needs golang-go and the system CA bundle");
+        return;
+    }
+    let s = Scratch::new("go-setup");
+    let src = s.path("main.go");
+    std::fs::write(&src, SETUP_GO).unwrap();
+    let exe = s.path("setup");
+    let built = Command::new("go").args(["build", "-o"]).arg(&exe).arg(&src).env("GO111MODULE", "off").current_dir(&s.0).status().unwrap();
+    assert!(built.success());
+    let (report, _) = record_command(&s, &[], &[&exe]);
+    let findings = report["findings"].as_array().unwrap();
+    let at = |marker: &str| findings.iter().find(|f| f["line"] == line_of(&src, marker)).unwrap_or_else(|| panic!("no finding at {marker}: {report:#}"));
+    assert_eq!(at("// CERTS")["rule"], "tls-trust-store", "{report:#}");
+    assert_eq!(at("// REGEX")["rule"], "regex-compile", "{report:#}");
+    assert_eq!(findings[0]["line"], line_of(&src, "// CERTS"), "the costlier set-up first: {report:#}");
+}
+
 const PROCESS_POOL: &str = r#"
 import time
 from multiprocessing import Pool
