@@ -25,7 +25,8 @@
 mod error;
 #[doc(hidden)]
 pub mod fixture;
-mod goroutines;
+#[doc(hidden)]
+pub mod goroutines;
 mod module;
 mod perf;
 mod record;

@@ -486,7 +486,7 @@ impl NativeSampler {
                     return 0;
                 }
                 if self.cpu_ids.contains(&s.id) {
-                    if let (Some(c), Some(regs)) = (&mut self.capture, s.regs) {
+                    if let (Some(c), Some(regs)) = (self.capture.as_mut().filter(|c| !c.goroutines), s.regs) {
                         if c.offer(s.pid, regs, &s.stack) {
                             let maps = self.spaces.get(&s.pid).map(|sp| sp.mappings()).unwrap_or_default();
                             c.fixture.modules = maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
@@ -736,7 +736,14 @@ impl NativeSampler {
             p.seen = scan;
             return p.stack;
         }
-        let stack = g.read_stack(pid).and_then(|bytes| self.unwound(profile, pid, g.regs, &bytes));
+        let bytes = g.read_stack(pid);
+        if let (Some(c), Some(bytes)) = (self.capture.as_mut().filter(|c| c.goroutines), &bytes) {
+            if c.offer(pid, g.regs, bytes) {
+                let maps = self.spaces.get(&pid).map(|sp| sp.mappings()).unwrap_or_default();
+                c.fixture.modules = maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
+            }
+        }
+        let stack = bytes.and_then(|bytes| self.unwound(profile, pid, g.regs, &bytes));
         self.parked.insert((pid, g.addr), ParkedStack { goid: g.goid, regs: g.regs, stack, seen: scan });
         stack
     }
