@@ -60,6 +60,9 @@ pub struct GoRuntime {
     pub layout: Layout,
     /// `runtime.waitReasonStrings`, when the binary has it: index = `g.waitreason`.
     pub wait_reasons: Vec<String>,
+    /// Per wait reason: the runtime's own goroutines waiting for work (see
+    /// [`GoRuntime::is_runtime_wait`]).
+    runtime_waits: Vec<bool>,
 }
 
 /// One goroutine as read at a tick.
@@ -77,6 +80,16 @@ pub struct Goroutine {
     pub stack_hi: u64,
 }
 
+impl Layout {
+    /// Bytes from the start of a `runtime.g` that cover every field read.
+    pub fn read_len(&self) -> u64 {
+        [self.g_stack_hi + 8, self.g_sched_sp + 8, self.g_sched_pc + 8, self.g_sched_bp + 8, self.g_status + 4, self.g_goid + 8, self.g_waitreason.map_or(0, |w| w + 1)]
+            .into_iter()
+            .max()
+            .unwrap_or(self.g_size)
+    }
+}
+
 impl GoRuntime {
     /// Reads the runtime's layout from a Go executable. `Ok(None)` when it is not a Go program
     /// (no `runtime.allgs` symbol).
@@ -90,8 +103,15 @@ impl GoRuntime {
         let symbol = |want: &str| obj.symbols().find(|s| s.name() == Ok(want)).map(|s| (s.address(), s.size()));
         let Some((allgs, _)) = symbol("runtime.allgs") else { return Ok(None) };
         let layout = read_layout(&obj, name)?;
-        let wait_reasons = symbol("runtime.waitReasonStrings").map(|(addr, size)| read_string_array(&obj, addr, size)).unwrap_or_default();
-        Ok(Some(GoRuntime { allgs, layout, wait_reasons }))
+        let wait_reasons: Vec<String> = symbol("runtime.waitReasonStrings").map(|(addr, size)| read_string_array(&obj, addr, size)).unwrap_or_default();
+        let runtime_waits = wait_reasons
+            .iter()
+            .map(|r| {
+                let r = r.to_ascii_lowercase();
+                ["gc ", "garbage collection", "finalizer wait", "timer goroutine", "trace reader", "force gc"].iter().any(|m| r.contains(m))
+            })
+            .collect();
+        Ok(Some(GoRuntime { allgs, layout, wait_reasons, runtime_waits }))
     }
 
     /// Every goroutine of process `pid` whose executable is loaded with `bias`; empty when
@@ -112,12 +132,9 @@ impl GoRuntime {
         let mut ptrs = vec![0u8; len * 8];
         let got = read_memory(pid, &mut [(array, &mut ptrs[..])]);
         let addrs: Vec<u64> = ptrs[..got / 8 * 8].chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).filter(|&a| a != 0).collect();
-        let size = l.g_size as usize;
-        let mut gs = vec![0u8; addrs.len() * size];
-        for (addrs, bufs) in addrs.chunks(IOV_MAX).zip(gs.chunks_mut(IOV_MAX * size)) {
-            let mut pieces: Vec<(u64, &mut [u8])> = addrs.iter().copied().zip(bufs.chunks_mut(size)).collect();
-            read_memory(pid, &mut pieces);
-        }
+        // Only the part of each g that holds the fields read.
+        let size = (l.read_len() as usize).min(l.g_size as usize);
+        let gs = read_records(pid, &addrs, size);
         let u32_at = |b: &[u8], at: u64| b.get(at as usize..at as usize + 4).map(|s| u32::from_ne_bytes(s.try_into().unwrap())).unwrap_or(0);
         addrs
             .iter()
@@ -148,10 +165,7 @@ impl GoRuntime {
     /// work (a garbage collector worker, the sweeper, the finalizer, a timer goroutine): never
     /// the program's cost, so not even unwound.
     pub fn is_runtime_wait(&self, reason: u8) -> bool {
-        self.wait_reason(reason).is_some_and(|r| {
-            let r = r.to_ascii_lowercase();
-            ["gc ", "garbage collection", "finalizer wait", "timer goroutine", "trace reader", "force gc"].iter().any(|m| r.contains(m))
-        })
+        self.runtime_waits.get(reason as usize).copied().unwrap_or(false)
     }
 }
 
@@ -169,6 +183,52 @@ impl Goroutine {
         let mut buf = vec![0u8; len];
         (read_memory(pid, &mut [(sp, &mut buf[..])]) == len).then_some(buf)
     }
+}
+
+/// Reads `size` bytes at each of `addrs` and returns them one after another (zeros where the
+/// memory could not be read). The `g`s sit close together in the heap: nearby ones are read
+/// as one span, which costs the kernel far less than a piece per `g`.
+fn read_records(pid: u32, addrs: &[u64], size: usize) -> Vec<u8> {
+    const GAP: u64 = 4096;
+    const MAX_SPAN: u64 = 1 << 20;
+    let mut sorted: Vec<u64> = addrs.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for &a in &sorted {
+        let end = a.saturating_add(size as u64);
+        match spans.last_mut() {
+            Some((start, e)) if a <= e.saturating_add(GAP) && end - *start <= MAX_SPAN => *e = (*e).max(end),
+            _ => spans.push((a, end)),
+        }
+    }
+    let mut bufs: Vec<Vec<u8>> = spans.iter().map(|(a, e)| vec![0u8; (e - a) as usize]).collect();
+    let mut at = 0;
+    while at < spans.len() {
+        let upto = (at + IOV_MAX).min(spans.len());
+        let mut pieces: Vec<(u64, &mut [u8])> = spans[at..upto].iter().map(|s| s.0).zip(bufs[at..upto].iter_mut().map(|b| &mut b[..])).collect();
+        let want: usize = pieces.iter().map(|p| p.1.len()).sum();
+        let got = read_memory(pid, &mut pieces);
+        // The kernel stops at the first span it cannot read: go on after it.
+        if got < want {
+            let mut done = 0;
+            let mut i = at;
+            while i < upto && done + bufs[i].len() <= got {
+                done += bufs[i].len();
+                i += 1;
+            }
+            at = i + 1;
+        } else {
+            at = upto;
+        }
+    }
+    let mut out = vec![0u8; addrs.len() * size];
+    for (i, &a) in addrs.iter().enumerate() {
+        let s = spans.partition_point(|sp| sp.0 <= a) - 1;
+        let off = (a - spans[s].0) as usize;
+        out[i * size..(i + 1) * size].copy_from_slice(&bufs[s][off..off + size]);
+    }
+    out
 }
 
 /// Reads each `(address, buffer)` piece of process `pid`'s memory; returns the bytes read (the

@@ -83,8 +83,11 @@ const MAPS_REREAD: Duration = Duration::from_millis(200);
 /// Go programs' goroutines are read at most this often; each waiting goroutine's sample
 /// weighs the time since the previous scan.
 const GOROUTINE_SCAN_NS: u64 = 10_000_000;
+/// Each goroutine read puts the next scan off by this much, so that a program with very many
+/// goroutines is read less often rather than at a cost that grows with them.
+const GOROUTINE_SCAN_NS_EACH: u64 = 20_000;
 /// A scan charges at most this much time (the profiler itself stalled).
-const GOROUTINE_MAX_GAP_NS: u64 = 200_000_000;
+const GOROUTINE_MAX_GAP_NS: u64 = 1_000_000_000;
 /// Goroutines are virtual threads of their process: their ids are offset past any OS tid.
 const GOROUTINE_TID_BASE: u64 = 1 << 32;
 
@@ -102,6 +105,8 @@ struct ParkedStack {
     goid: u64,
     regs: [u64; 3],
     stack: Option<StackId>,
+    /// The goroutine's virtual thread in the profile.
+    thread: u32,
     seen: u64,
 }
 
@@ -158,6 +163,7 @@ pub struct NativeSampler {
     go: HashMap<u32, GoState>,
     parked: HashMap<(u32, u64), ParkedStack>,
     last_scan_ns: Option<u64>,
+    scan_every_ns: u64,
     scan_carry_ns: u64,
 }
 
@@ -206,6 +212,7 @@ impl NativeSampler {
             go: HashMap::new(),
             parked: HashMap::new(),
             last_scan_ns: None,
+            scan_every_ns: GOROUTINE_SCAN_NS,
             scan_carry_ns: 0,
         }
     }
@@ -694,7 +701,7 @@ impl NativeSampler {
     /// waits, weighing the time since the previous scan: its stack is where it was parked
     /// (a network read, a channel, a lock), which no OS thread shows.
     fn scan_goroutines(&mut self, profile: &mut Profile, now: u64) -> usize {
-        if self.last_scan_ns.is_some_and(|t| now.saturating_sub(t) < GOROUTINE_SCAN_NS) {
+        if self.last_scan_ns.is_some_and(|t| now.saturating_sub(t) < self.scan_every_ns) {
             return 0;
         }
         let gap = self.last_scan_ns.map(|t| now.saturating_sub(t).min(GOROUTINE_MAX_GAP_NS)).unwrap_or(0);
@@ -704,37 +711,42 @@ impl NativeSampler {
         self.scan_carry_ns -= weight * self.period_ns;
         let pids: Vec<u32> = self.live.iter().copied().filter(|p| self.awaiting_exec != Some(*p)).collect();
         let mut n = 0;
+        let mut read = 0u64;
         for pid in pids {
             if matches!(self.go.get(&pid), None | Some(GoState::Unknown)) {
                 let state = self.go_state(pid);
                 self.go.insert(pid, state);
             }
             let Some(GoState::Go { runtime, bias }) = self.go.get(&pid) else { continue };
-            let goroutines: Vec<Goroutine> = runtime.goroutines(pid, *bias).into_iter().filter(|g| g.is_waiting() && !runtime.is_runtime_wait(g.waitreason)).collect();
+            let all = runtime.goroutines(pid, *bias);
+            read += all.len() as u64;
+            let goroutines: Vec<Goroutine> = all.into_iter().filter(|g| g.is_waiting() && !runtime.is_runtime_wait(g.waitreason)).collect();
             self.stats.goroutine_scans += 1;
             for g in &goroutines {
-                let stack = self.goroutine_stack(profile, pid, g);
+                let (thread, stack) = self.goroutine_stack(profile, pid, g);
                 if weight == 0 {
                     continue;
                 }
-                let thread = profile.intern_thread(pid, GOROUTINE_TID_BASE + g.goid, Some(&format!("goroutine {}", g.goid)));
-                profile.samples.push(Sample { time_us: self.time_us(now), thread, stack, state: ThreadState::new(false, false), weight: weight.min(u32::MAX as u64) as u32 });
+                // Merged with the goroutine's previous sample while it stays parked at the
+                // same place: memory per span of time, not per scan.
+                profile.push_sample(Sample { time_us: self.time_us(now), thread, stack, state: ThreadState::new(false, false), weight: weight.min(u32::MAX as u64) as u32 });
                 self.stats.goroutine_samples += 1;
                 n += 1;
             }
             let scan = self.stats.goroutine_scans;
             self.parked.retain(|(p, _), s| *p != pid || s.seen == scan);
         }
+        self.scan_every_ns = GOROUTINE_SCAN_NS.max(read * GOROUTINE_SCAN_NS_EACH);
         n
     }
 
     /// The stack of a waiting goroutine: unwound from its saved registers, or the one found
     /// before if it has not moved since.
-    fn goroutine_stack(&mut self, profile: &mut Profile, pid: u32, g: &Goroutine) -> Option<StackId> {
+    fn goroutine_stack(&mut self, profile: &mut Profile, pid: u32, g: &Goroutine) -> (u32, Option<StackId>) {
         let scan = self.stats.goroutine_scans;
         if let Some(p) = self.parked.get_mut(&(pid, g.addr)).filter(|p| p.goid == g.goid && p.regs == g.regs) {
             p.seen = scan;
-            return p.stack;
+            return (p.thread, p.stack);
         }
         let bytes = g.read_stack(pid);
         if let (Some(c), Some(bytes)) = (self.capture.as_mut().filter(|c| c.goroutines), &bytes) {
@@ -744,8 +756,9 @@ impl NativeSampler {
             }
         }
         let stack = bytes.and_then(|bytes| self.unwound(profile, pid, g.regs, &bytes));
-        self.parked.insert((pid, g.addr), ParkedStack { goid: g.goid, regs: g.regs, stack, seen: scan });
-        stack
+        let thread = profile.intern_thread(pid, GOROUTINE_TID_BASE + g.goid, Some(&format!("goroutine {}", g.goid)));
+        self.parked.insert((pid, g.addr), ParkedStack { goid: g.goid, regs: g.regs, stack, thread, seen: scan });
+        (thread, stack)
     }
 
     /// Whether `pid` runs Go, and where its runtime is loaded. `Unknown` until its executable
