@@ -42,7 +42,7 @@ const MIN_FINDING_WEIGHT: u64 = 5;
 const ENTRY_EXPLAINS: f64 = 0.3;
 /// Waits at a line are counted in windows of this length to tell how many are in flight at once.
 const IN_FLIGHT_WINDOW_US: u64 = 50_000;
-/// Network waits with at least this many in flight (median over the windows) already overlap:
+/// Network waits with at least this many in flight (mean over the windows) already overlap:
 /// they are not issued one at a time.
 const OVERLAPPING_WAITS: f64 = 1.5;
 
@@ -634,15 +634,15 @@ impl Engine<'_> {
         let (mut kind, mut rule, mut why, mut fix) = (kind, rule, why, fix);
         // Waits issued one at a time are fixed at the loop; waits that already overlap are not.
         if kind == "serial-io" {
-            if let Some((median, peak)) = self.in_flight(l) {
-                if median >= OVERLAPPING_WAITS {
+            if let Some((mean, peak)) = self.in_flight(l) {
+                if mean >= OVERLAPPING_WAITS {
                     kind = "blocking-wait".to_owned();
                     rule = format!("{rule}-concurrent");
-                    why = format!("{:.1} waits are in flight at once here (median over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", median, IN_FLIGHT_WINDOW_US / 1000, peak);
+                    why = format!("{:.1} waits are in flight at once here (mean over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", mean, IN_FLIGHT_WINDOW_US / 1000, peak);
                     fix = "the waits already overlap: make each shorter (a closer or faster service, smaller replies, a cache) or issue fewer of them".to_owned();
                 } else {
-                    why = format!("{why}; one wait in flight at a time (median {median:.1} over {} ms windows, at most {peak:.1})", IN_FLIGHT_WINDOW_US / 1000);
-                    evidence.push(Evidence { frame: format!("waits in flight at once: {median:.1} (median), {peak:.1} (peak)"), file: String::new(), line: 0, share: line_share });
+                    why = format!("{why}; one wait in flight at a time (mean {mean:.1} over {} ms windows, at most {peak:.1})", IN_FLIGHT_WINDOW_US / 1000);
+                    evidence.push(Evidence { frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"), file: String::new(), line: 0, share: line_share });
                 }
             }
         }
@@ -730,15 +730,17 @@ impl Engine<'_> {
         Some((made_at, made_code, entry as u16))
     }
 
-    /// How many blocked samples of line `l` are in flight at once: the median and the peak over
-    /// the windows where the line waits, leaving out the first and last (partly covered).
+    /// How many blocked samples of line `l` are in flight at once: the mean and the peak over
+    /// the windows where the line waits, leaving out the first and last (partly covered). The
+    /// mean, not the median: a sampler's late tick moves weight between neighbouring windows,
+    /// which the mean cancels out.
     fn in_flight(&self, l: usize) -> Option<(f64, f64)> {
         let window_weight = IN_FLIGHT_WINDOW_US as f64 / 1e6 / self.profile.seconds_per_weight()?;
         let windows = &self.lines[l].blocked_windows;
         let (first, last) = (*windows.keys().min()?, *windows.keys().max()?);
-        let mut counts: Vec<f64> = windows.iter().filter(|(&k, _)| last - first < 3 || (k != first && k != last)).map(|(_, &w)| w as f64 / window_weight).collect();
-        counts.sort_by(f64::total_cmp);
-        Some((counts[counts.len() / 2], *counts.last()?))
+        let counts: Vec<f64> = windows.iter().filter(|(&k, _)| last - first < 3 || (k != first && k != last)).map(|(_, &w)| w as f64 / window_weight).collect();
+        let peak = counts.iter().copied().fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))?;
+        Some((counts.iter().sum::<f64>() / counts.len() as f64, peak))
     }
 
     fn push_evidence(&mut self, evidence: &mut Vec<Evidence>, f: FrameId, share: f64) {
@@ -948,11 +950,11 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         let f = &s.findings[0];
         assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("serial-io", "network-wait", 7), "{f:?}");
-        assert!(f.why.contains("one wait in flight at a time (median 0.8 over 50 ms windows, at most 0.8)"), "{}", f.why);
-        assert!(f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (median), 0.8 (peak)"), "{:?}", f.evidence);
+        assert!(f.why.contains("one wait in flight at a time (mean 0.8 over 50 ms windows, at most 0.8)"), "{}", f.why);
+        assert!(f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (mean), 0.8 (peak)"), "{:?}", f.evidence);
         let f = &o.findings[0];
         assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("blocking-wait", "network-wait-concurrent", 4), "the waiting call, not the loop: {f:?}");
-        assert!(f.why.starts_with("3.2 waits are in flight at once here (median over 50 ms windows, at most 3.2)"), "{}", f.why);
+        assert!(f.why.starts_with("3.2 waits are in flight at once here (mean over 50 ms windows, at most 3.2)"), "{}", f.why);
         assert!(o.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", o.findings);
     }
 
