@@ -37,8 +37,14 @@ struct Spy {
     pid: u32,
     spy: PythonSpy,
     gone: bool,
+    /// Threads whose latest kept stack had Python frames: an empty stack from one of them is
+    /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
+    /// left Python, and is read again.
+    had_frames: std::collections::HashSet<u64>,
 }
 
+/// Reads of a process per tick at most: the first, and retries of a torn or failed one.
+const READ_ATTEMPTS: usize = 4;
 const SCAN_EVERY: Duration = Duration::from_millis(250);
 const MAX_CHILD_ATTEMPTS: u32 = 8;
 
@@ -76,7 +82,7 @@ impl PythonSampler {
             match sampler.open(pid) {
                 Ok(spy) => {
                     sampler.version = spy.version.to_string();
-                    sampler.spies.push(Spy { pid, spy, gone: false });
+                    sampler.spies.push(Spy { pid, spy, gone: false, had_frames: Default::default() });
                     return Ok(sampler);
                 }
                 Err(e) if permission_denied(&e) => return Err(CollectError::PermissionDenied { pid }),
@@ -134,10 +140,20 @@ impl PythonSampler {
                 continue;
             }
             if let Ok(spy) = self.open(pid) {
-                self.spies.push(Spy { pid, spy, gone: false });
+                self.spies.push(Spy { pid, spy, gone: false, had_frames: Default::default() });
             }
         }
     }
+}
+
+/// A Python stack whose outermost frame cannot start a thread was torn by the target moving on
+/// while it was read (see [`Frame::can_start_stack`]).
+fn thread_key(trace: &StackTrace) -> u64 {
+    trace.os_thread_id.unwrap_or(trace.thread_id)
+}
+
+fn looks_torn(trace: &StackTrace) -> bool {
+    trace.frames.last().is_some_and(|outer| outer.module.is_none() && !convert_frame(outer).can_start_stack())
 }
 
 fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64) {
@@ -181,12 +197,35 @@ impl Sampler for PythonSampler {
         let mut failed = false;
         for spy in self.spies.iter_mut().filter(|s| !s.gone) {
             // A non-blocking read tears when the target changes its stack mid-read, which is
-            // likeliest in fast-changing (hot) code: one immediate retry keeps the loss small
-            // and unbiased.
-            let read = spy.spy.get_stack_traces().or_else(|_| spy.spy.get_stack_traces());
+            // likeliest in deep, fast-changing (hot) code. Dropping torn reads would bias the
+            // shares against exactly that code, so a torn or failed read is retried at once, a
+            // few times, and a torn stack is kept only when no clean read came.
+            let had_frames = &spy.had_frames;
+            let torn = |t: &StackTrace| looks_torn(t) || (t.frames.is_empty() && had_frames.contains(&thread_key(t)));
+            let mut read = spy.spy.get_stack_traces();
+            for _ in 1..READ_ATTEMPTS {
+                match &read {
+                    Ok(traces) if !traces.iter().any(torn) => break,
+                    _ => {}
+                }
+                match spy.spy.get_stack_traces() {
+                    Ok(retry) => {
+                        if read.is_err() || !retry.iter().any(torn) {
+                            read = Ok(retry);
+                        }
+                    }
+                    Err(e) if read.is_err() => read = Err(e),
+                    Err(_) => {}
+                }
+            }
             match read {
                 Ok(traces) => {
                     for trace in &traces {
+                        if trace.frames.is_empty() {
+                            spy.had_frames.remove(&thread_key(trace));
+                        } else {
+                            spy.had_frames.insert(thread_key(trace));
+                        }
                         add_trace(profile, trace, time_us);
                     }
                     added += traces.len();

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use onefix_model::{FrameId, FrameKind, Mode, Profile, StackId};
+use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId};
 
 use crate::kb::{KnowledgeBase, Role, When};
 use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
@@ -66,6 +66,10 @@ struct StackFacts {
     /// Cost entries matched beneath the frontier or by the innermost line's calls.
     cost: Vec<u16>,
     line: Option<usize>,
+    /// The innermost frame is Python and it is in a call that waits (sleep, a socket read, a
+    /// lock: a knowledge-base entry for blocked time). Such a thread is waiting even when the
+    /// OS said it was runnable: it had just been woken and was waiting for a CPU.
+    waiting_call: bool,
 }
 
 #[derive(Default)]
@@ -165,13 +169,15 @@ impl Engine<'_> {
             let candidates: Vec<u16> = leaf_first.iter().filter_map(|&f| self.frame(f).idle).collect();
             idle = candidates.into_iter().find(|&e| self.kb.entries[e as usize].spec.anywhere);
         }
-        let truncated = leaf_first.last().is_some_and(|&root| {
-            let frame = self.profile.frame(root);
-            let module = crate::names::python_module(&frame.file);
-            frame.kind == FrameKind::Python
-                && frame.function != "<module>"
-                && !["threading", "runpy", "_pytest", "multiprocessing"].iter().any(|m| module.starts_with(m))
-        });
+        let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
+        let waiting_call = match leaf_first.first() {
+            Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {
+                let mut entries = self.frame(leaf).cost.clone();
+                entries.extend(self.call_entries(leaf));
+                entries.iter().any(|&e| self.kb.entries[e as usize].spec.when == When::Blocked)
+            }
+            _ => false,
+        };
         let mut cost: Vec<u16> = Vec::new();
         for &f in &beneath {
             cost.extend(self.frame(f).cost.iter().copied());
@@ -190,9 +196,15 @@ impl Engine<'_> {
             self.lines.push(LineAcc { frame: frontier.unwrap(), ..LineAcc::default() });
         }
         let i = self.stack_facts.len();
-        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line });
+        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
+    }
+
+    /// Whether the sample's thread was running: the state it was read in, unless its stack
+    /// shows it inside a call that waits.
+    fn running(&mut self, s: &Sample) -> bool {
+        s.state.active() && !self.stack(s.stack).is_some_and(|i| self.stack_facts[i].waiting_call)
     }
 
     fn incomplete(&mut self, stack: Option<StackId>) -> bool {
@@ -235,7 +247,11 @@ impl Engine<'_> {
         let nthreads = profile.threads().len();
         let mut thread_total = vec![0u64; nthreads];
         let mut thread_parked = vec![0u64; nthreads];
-        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+        for s in profile.samples.iter() {
+            let running = self.running(s);
+            if mode == Mode::Cpu && !running {
+                continue;
+            }
             // Torn and empty stacks say nothing about whether a thread works.
             if self.incomplete(s.stack) {
                 continue;
@@ -260,7 +276,11 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
-        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+        for s in profile.samples.iter() {
+            let running = self.running(s);
+            if mode == Mode::Cpu && !running {
+                continue;
+            }
             let w = s.weight as u64;
             total_weight += w;
             let window = (s.time_us / window_us) as usize;
@@ -298,7 +318,7 @@ impl Engine<'_> {
             if is_self {
                 acc.self_weight += w;
             }
-            if !s.state.active() {
+            if !running {
                 acc.blocked += w;
                 *acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default() += w;
             }
@@ -309,7 +329,7 @@ impl Engine<'_> {
             acc.first_us = acc.first_us.min(s.time_us);
             acc.last_us = acc.last_us.max(s.time_us);
             acc.windows[window / 64] |= 1 << (window % 64);
-            *acc.by_stack.entry((s.stack.unwrap(), s.state.active())).or_default() += w;
+            *acc.by_stack.entry((s.stack.unwrap(), running)).or_default() += w;
         }
         let busy_weight = total_weight - idle_weight - incomplete;
         busy_timeline.sort_by_key(|&(t, _)| t);
@@ -773,7 +793,7 @@ fn capitalize(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use onefix_model::{Frame, Meta, Sample, ThreadState};
+    use onefix_model::{Frame, Meta, ThreadState};
     use std::path::Path;
 
     const LIB: &str = "/usr/lib/python3.11";
@@ -829,6 +849,27 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.frame == "httpx._config.create_ssl_context"), "{:?}", f.evidence);
         assert_eq!(d.hot_lines[1].line, 14);
         assert!((d.hot_lines[1].self_share - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_thread_read_as_runnable_inside_a_wait_is_waiting_not_computing() {
+        // On a busy machine a thread just woken from a socket read is runnable but not yet
+        // running: its stack is still in the read. That is not CPU time.
+        let mut b = Builder::new();
+        let read = [("<module>", "/app/main.py", 5), ("fetch", "/app/main.py", 9), ("SocketIO.readinto", &format!("{LIB}/socket.py") as &str, 707)];
+        for ms in 0..100 {
+            b.add(1, ms * 10, ms % 10 == 0, &read);
+        }
+        for ms in 100..110 {
+            b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 5), ("crunch", "/app/main.py", 20)]);
+        }
+        let user = UserCode::new(["/app"], Some(Path::new("/app")));
+        let cpu = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options { mode: Mode::Cpu, ..Options::default() });
+        assert_eq!(cpu.busy_weight, 10, "{cpu:#?}");
+        assert!(cpu.findings.iter().all(|f| f.line != 9), "{:?}", cpu.findings);
+        let wall = b.diagnose("/app");
+        let wait = wall.hot_lines.iter().find(|h| h.line == 9).unwrap();
+        assert!((wait.blocked_share - wait.share).abs() < 1e-9, "all of the read is waiting: {wait:?}");
     }
 
     #[test]

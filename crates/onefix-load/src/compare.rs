@@ -236,7 +236,9 @@ fn request_part(url: &str) -> &str {
     rest.find(['/', '?']).map_or("/", |i| &rest[i..])
 }
 
-fn metric(name: &str, a: &[f64], b: &[f64], speedup_of: fn(f64, f64) -> f64) -> Metric {
+/// Compares two samples of a quantity (e.g. per-window values) by `speedup_of(mean_a, mean_b)`,
+/// with Welch's test and a bootstrap interval of that ratio.
+pub fn metric(name: &str, a: &[f64], b: &[f64], speedup_of: fn(f64, f64) -> f64) -> Metric {
     let (mean_a, mean_b) = if a.is_empty() || b.is_empty() { (f64::NAN, f64::NAN) } else { (mean(a), mean(b)) };
     let speedup = speedup_of(mean_a, mean_b);
     let test = welch(a, b);

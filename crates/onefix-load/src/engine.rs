@@ -17,7 +17,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use tokio::io::unix::AsyncFd;
@@ -132,6 +132,34 @@ pub fn check_reachable(addr: SocketAddr, limit: Duration) -> Result<(), LoadErro
             LoadError::Unreachable(format!("{addr} did not accept a connection within {:.1} s", limit.as_secs_f64())),
         ),
         Err(e) => Err(LoadError::Unreachable(format!("cannot connect to {addr}: {}", e.to_string().to_lowercase()))),
+    }
+}
+
+/// Checks the options and the request template, and gives the address the load will be sent
+/// to: everything that can be wrong with a load before any server is started.
+pub fn target_addr(cfg: &LoadConfig) -> Result<SocketAddr, LoadError> {
+    cfg.check()?;
+    Ok(RequestPlan::compile(&cfg.request)?.target.addr)
+}
+
+/// Waits for a server that is starting until something accepts connections at `addr`: polls
+/// every 50 ms for up to `limit`, and gives up at once when `gone()` says the server ended.
+pub fn wait_until_listening(addr: SocketAddr, limit: Duration, mut gone: impl FnMut() -> bool) -> Result<(), LoadError> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if gone() {
+            return Err(LoadError::Unreachable(format!("the server ended before anything listened at {addr}")));
+        }
+        if Instant::now() >= deadline {
+            return Err(LoadError::Unreachable(format!(
+                "nothing listened at {addr} within {:.0} s of starting the server",
+                limit.as_secs_f64()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -17,7 +17,7 @@ pub mod stats;
 pub mod summary;
 pub mod template;
 
-pub use engine::{check_reachable, run, LoadConfig, Progress};
+pub use engine::{check_reachable, run, target_addr, wait_until_listening, LoadConfig, Progress};
 pub use request::RequestSpec;
 pub use stats::{ErrorKind, Errors, LatencySummary, LoadResult, Window};
 

@@ -52,6 +52,18 @@ impl Frame {
         }
     }
 
+    /// Whether a thread's stack may start at this frame. A Python stack starts at a module's top
+    /// level or in a thread or process bootstrap; one whose outermost frame is any other Python
+    /// function was read while the target changed it (a torn read), so its caller is unknown.
+    /// Native frames are always accepted: their roots vary by runtime.
+    pub fn can_start_stack(&self) -> bool {
+        if self.kind != FrameKind::Python || self.function == "<module>" {
+            return true;
+        }
+        const BOOTSTRAPS: [&str; 5] = ["/threading.py", "<frozen runpy>", "/runpy.py", "/_pytest/", "/multiprocessing/"];
+        BOOTSTRAPS.iter().any(|b| self.file.contains(b))
+    }
+
     /// `function (file:line)` with the file shortened to its last component, as profilers
     /// print frames.
     pub fn label(&self) -> String {
@@ -250,6 +262,9 @@ pub struct Profile {
     threads: Vec<ThreadInfo>,
     thread_index: HashMap<(u32, u64), ThreadId>,
     pub samples: Vec<Sample>,
+    /// Named results recorded with the samples (e.g. `load`: the JSON result of the load that
+    /// drove the target), kept as bytes so the model depends on no producer.
+    pub attachments: std::collections::BTreeMap<String, Vec<u8>>,
     /// Index in `samples` of each thread's latest sample, for [`Profile::push_sample`].
     latest: HashMap<ThreadId, usize>,
 }
@@ -437,6 +452,16 @@ impl Iterator for StackWalk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_python_stack_starts_at_a_module_or_a_bootstrap_only() {
+        assert!(Frame::python("<module>", "/srv/app.py", 3).can_start_stack());
+        assert!(Frame::python("_bootstrap", "/usr/lib/python3.11/threading.py", 995).can_start_stack());
+        assert!(Frame::python("_run_module_as_main", "<frozen runpy>", 198).can_start_stack());
+        assert!(Frame::native("_start", "/usr/bin/python3.11").can_start_stack());
+        assert!(!Frame::python("handle", "/srv/app.py", 40).can_start_stack());
+        assert!(!Frame::python("model_json_schema", "/x/site-packages/pydantic/main.py", 3).can_start_stack());
+    }
 
     #[test]
     fn stacks_share_prefixes_and_walk_both_ways() {

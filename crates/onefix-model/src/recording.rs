@@ -5,7 +5,8 @@
 //! one-byte tag, a `u32` payload length, a `u32` CRC-32 of the payload and the payload
 //! (bincode, varint). The first chunk is the metadata; batches carry only what is new since the
 //! previous batch (frames, stacks, threads, samples); a final metadata chunk marks a complete
-//! recording. A file that ends inside a chunk or without the final metadata is *truncated*:
+//! recording. Attachment chunks (format 2) carry named results that came with the recording,
+//! such as the load that drove the target, as opaque bytes. A file that ends inside a chunk or without the final metadata is *truncated*:
 //! everything before is still read and the reader says so.
 
 use std::io::{self, Read, Write};
@@ -16,13 +17,15 @@ use serde::{Deserialize, Serialize};
 use crate::profile::{Frame, FrameId, Meta, Profile, Sample, StackId, ThreadInfo};
 
 pub const MAGIC: &[u8; 8] = b"ONEFIX\0R";
-pub const FORMAT_VERSION: u32 = 1;
+/// 2 added attachment chunks; version 1 files are still read.
+pub const FORMAT_VERSION: u32 = 2;
 /// No chunk is ever this large; a bigger length means a damaged file, not a reason to allocate.
 const MAX_CHUNK: u32 = 512 << 20;
 
 const TAG_META: u8 = 1;
 const TAG_BATCH: u8 = 2;
 const TAG_END: u8 = 3;
+const TAG_ATTACHMENT: u8 = 4;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecordingError {
@@ -105,6 +108,13 @@ impl<W: Write> RecordingWriter<W> {
         Ok(())
     }
 
+    /// Stores a named result that belongs with the recording (e.g. `load`: the load's JSON
+    /// result); [`read_recording`] gives it back in [`Profile::attachments`].
+    pub fn write_attachment(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+        self.chunk(TAG_ATTACHMENT, &(name, data))?;
+        self.out.flush()
+    }
+
     /// Writes what is left and the final metadata, marking the recording complete.
     pub fn finish(mut self, profile: &mut Profile) -> io::Result<W> {
         self.write_batch(profile)?;
@@ -180,7 +190,7 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
         let tag = head[0];
         let len = u32::from_le_bytes(head[1..5].try_into().unwrap());
         let crc = u32::from_le_bytes(head[5..9].try_into().unwrap());
-        if len > MAX_CHUNK || !(TAG_META..=TAG_END).contains(&tag) {
+        if len > MAX_CHUNK || !(TAG_META..=TAG_ATTACHMENT).contains(&tag) {
             return Err(RecordingError::Corrupt {
                 offset,
                 what: format!("a chunk header is invalid (tag {tag}, length {len})"),
@@ -205,6 +215,10 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
             (TAG_BATCH, Some(p)) => {
                 let batch: Batch = codec().deserialize(&payload).map_err(|e| corrupt(e.to_string()))?;
                 apply_batch(p, batch).map_err(corrupt)?;
+            }
+            (TAG_ATTACHMENT, Some(p)) => {
+                let (name, data): (String, Vec<u8>) = codec().deserialize(&payload).map_err(|e| corrupt(e.to_string()))?;
+                p.attachments.insert(name, data);
             }
             (TAG_END, Some(p)) => {
                 p.meta = codec().deserialize(&payload).map_err(|e| corrupt(e.to_string()))?;
@@ -320,6 +334,27 @@ mod tests {
         assert_eq!(loaded.profile.frames(), p.frames());
         assert_eq!(loaded.profile.threads(), p.threads());
         assert_eq!(loaded.profile.meta, p.meta);
+    }
+
+    #[test]
+    fn attachments_come_back_by_name() {
+        let mut p = sample_profile();
+        let mut w = RecordingWriter::new(Vec::new(), &p.meta).unwrap();
+        w.write_batch(&mut p).unwrap();
+        w.write_attachment("load", b"{\"sent\": 3}").unwrap();
+        let bytes = w.finish(&mut p).unwrap();
+        let loaded = read_recording(&bytes[..]).unwrap();
+        assert!(loaded.complete);
+        assert_eq!(loaded.profile.attachments.get("load").map(Vec::as_slice), Some(&b"{\"sent\": 3}"[..]));
+        assert_eq!(loaded.profile.attachments.len(), 1);
+    }
+
+    #[test]
+    fn version_1_files_are_still_read() {
+        let p = sample_profile();
+        let mut bytes = write_in_two_batches(&p);
+        bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+        assert!(read_recording(&bytes[..]).unwrap().complete);
     }
 
     #[test]

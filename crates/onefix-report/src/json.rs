@@ -34,8 +34,9 @@ impl Default for JsonOptions {
     }
 }
 
+/// The report object; the HTML report embeds the same object.
 #[derive(Serialize)]
-struct Report<'a> {
+pub(crate) struct Report<'a> {
     tool: &'static str,
     version: &'a str,
     target: TargetJson<'a>,
@@ -122,8 +123,17 @@ struct SamplingJson {
 
 /// Writes the findings report as one pretty-printed JSON object and a newline.
 pub fn write_json<W: Write>(w: W, profile: &Profile, diagnosis: &Diagnosis, opts: &JsonOptions) -> io::Result<()> {
+    let report = report(profile, diagnosis, opts);
+    let mut out = BufWriter::new(w);
+    serde_json::to_writer_pretty(&mut out, &report)?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// The report object [`write_json`] writes.
+pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &JsonOptions) -> Report<'a> {
     let meta = &profile.meta;
-    let report = Report {
+    Report {
         tool: "onefix",
         version: describe::tool_version(meta),
         target: TargetJson {
@@ -160,11 +170,7 @@ pub fn write_json<W: Write>(w: W, profile: &Profile, diagnosis: &Diagnosis, opts
             errors: meta.stats.errors,
             late: meta.stats.late,
         },
-    };
-    let mut out = BufWriter::new(w);
-    serde_json::to_writer_pretty(&mut out, &report)?;
-    out.write_all(b"\n")?;
-    out.flush()
+    }
 }
 
 fn finding_json(f: &Finding) -> FindingJson<'_> {

@@ -8,6 +8,8 @@
 //! | [`write_folded`] | collapsed stacks (`root;…;leaf count`), as flamegraph.pl and inferno read |
 //! | [`write_flamegraph`] | flame graph SVG, drawn by inferno with deterministic colours |
 //! | [`write_speedscope`] | speedscope's JSON file format, one sampled profile per thread |
+//! | [`write_pprof`] | pprof's gzipped protobuf, as `go tool pprof`, Pyroscope and Parca read |
+//! | [`write_html`] | one self-contained HTML page: findings, flame graphs, timeline, hot lines with source |
 //! | [`write_json`] | the findings report, the JSON contract of DESIGN.md §3 |
 //! | [`write_terminal`] | the human summary: findings first, then the hot lines |
 //!
@@ -17,12 +19,16 @@
 mod describe;
 mod flamegraph;
 mod folded;
+pub mod html;
 mod json;
+pub mod pprof;
 mod speedscope;
 mod terminal;
 
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
+pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
 pub use folded::{escape_label, write_folded, FoldedOptions};
 pub use json::{write_json, JsonOptions};
+pub use pprof::write_pprof;
 pub use speedscope::write_speedscope;
 pub use terminal::{write_terminal, TerminalOptions};

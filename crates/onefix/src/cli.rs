@@ -21,7 +21,8 @@ pub enum Command {
     /// Drive an HTTP server with an open-loop (or closed-loop) load and measure its latency.
     #[command(after_long_help = onefix_load::template::HELP)]
     Load(LoadArgs),
-    /// Say whether B is faster than A: two load results (`onefix load --json`), with statistics.
+    /// Say whether B is faster than A, with statistics: two load results (`onefix load --json`),
+    /// or two recordings (which lines' cost went down or up, and their loads if `--load` drove them).
     Compare(CompareArgs),
 }
 
@@ -48,6 +49,13 @@ pub struct OutputArgs {
     /// Collapsed stacks, one line per stack, for the classic flame graph tools.
     #[arg(long, value_name = "PATH")]
     pub folded: Option<PathBuf>,
+    /// pprof profile (gzipped protobuf), for `go tool pprof`, Pyroscope or Parca.
+    #[arg(long, value_name = "PATH")]
+    pub pprof: Option<PathBuf>,
+    /// One self-contained HTML report (findings, flame graphs, timeline, hot lines with source)
+    /// that opens in a browser with no network.
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
     /// Directory holding your own code (repeatable); default: the target's working directory
     /// and the script's directory.
     #[arg(long = "user-code", value_name = "DIR")]
@@ -85,6 +93,11 @@ pub struct RecordArgs {
     /// Seed of the sampling-interval jitter.
     #[arg(long, default_value_t = 0x0f1f)]
     pub seed: u64,
+    /// Drive the started server with this load and profile it for exactly the load's duration:
+    /// the arguments of `onefix load` as one string, e.g. "http://127.0.0.1:8000/?q={{int 1
+    /// 100}} --rate 200 --duration 20s". onefix waits until the server's port answers first.
+    #[arg(long, value_name = "LOAD", value_parser = parse_load_spec)]
+    pub load: Option<LoadSpec>,
     #[command(flatten)]
     pub outputs: OutputArgs,
     /// The program to start and profile.
@@ -103,7 +116,7 @@ pub struct ReportArgs {
     pub outputs: OutputArgs,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct LoadArgs {
     /// The URL template: http://HOST:PORT/PATH?QUERY, with {{...}} placeholders in the path and
     /// query drawn per request (see the template syntax below).
@@ -152,6 +165,43 @@ pub struct LoadArgs {
     pub quiet: bool,
 }
 
+/// The load of `record --load`: `onefix load`'s arguments, given as one string.
+#[derive(Clone, Debug)]
+pub struct LoadSpec(pub LoadArgs);
+
+#[derive(Parser)]
+#[command(name = "--load")]
+struct LoadSpecParser {
+    #[command(flatten)]
+    args: LoadArgs,
+}
+
+fn parse_load_spec(s: &str) -> Result<LoadSpec, String> {
+    let split = shlex::split(s).ok_or_else(|| format!("the load `{s}` has an unclosed quote"))?;
+    // A placeholder such as {{int 1 100}} is one argument even when the user did not quote it.
+    let mut words: Vec<String> = Vec::new();
+    let mut open = false;
+    for w in split {
+        match words.last_mut() {
+            Some(last) if open => {
+                last.push(' ');
+                last.push_str(&w);
+            }
+            _ => words.push(w),
+        }
+        let last = words.last().map(String::as_str).unwrap_or("");
+        open = last.matches("{{").count() > last.matches("}}").count();
+    }
+    LoadSpecParser::try_parse_from(std::iter::once("--load".to_owned()).chain(words))
+        .map(|p| LoadSpec(p.args))
+        .map_err(|e| {
+            // clap's own message, without its usage lines: one sentence.
+            let text = e.render().to_string();
+            let first = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_owned();
+            format!("in the load: {first}")
+        })
+}
+
 /// Requests per second, or `None` for `max`.
 #[derive(Clone, Copy, Debug)]
 pub struct LoadRate(pub Option<f64>);
@@ -173,9 +223,9 @@ fn parse_load_rate(s: &str) -> Result<LoadRate, String> {
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// The result before the change (`onefix load --json`).
+    /// Before the change: a load result (`onefix load --json`) or a recording.
     pub a: PathBuf,
-    /// The result after the change.
+    /// After the change: the same kind of file as A.
     pub b: PathBuf,
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
@@ -225,6 +275,21 @@ mod tests {
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_rate("0").is_err());
+    }
+
+    #[test]
+    fn a_load_spec_parses_as_onefix_load_arguments() {
+        let spec = parse_load_spec("'http://127.0.0.1:9/?q={{int 1 9}}' --rate 50 -d 2s --json 'l r.json'").unwrap();
+        assert_eq!(spec.0.url, "http://127.0.0.1:9/?q={{int 1 9}}");
+        assert_eq!(spec.0.rate.0, Some(50.0));
+        assert_eq!(spec.0.duration, Some(Duration::from_secs(2)));
+        assert_eq!(spec.0.json.as_deref(), Some(std::path::Path::new("l r.json")));
+        let unquoted = parse_load_spec("http://127.0.0.1:9/p?a={{int 0 99}}&b={{pick 1 2 3}} -r 5").unwrap();
+        assert_eq!(unquoted.0.url, "http://127.0.0.1:9/p?a={{int 0 99}}&b={{pick 1 2 3}}");
+        assert_eq!(unquoted.0.rate.0, Some(5.0));
+        let err = parse_load_spec("http://127.0.0.1:9/ --rate fast").unwrap_err();
+        assert!(err.starts_with("in the load: ") && !err.contains('\n'), "{err}");
+        assert!(parse_load_spec("'http://127.0.0.1:9/").is_err());
         assert_eq!(parse_rate("1000"), Ok(1000.0));
     }
 }

@@ -12,7 +12,7 @@ use onefix_report::{
 
 use crate::fixture::{attached_profile, no_findings_diagnosis, render, updater_diagnosis, updater_profile};
 
-fn assert_golden(name: &str, actual: &str) {
+pub fn assert_golden(name: &str, actual: &str) {
     let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "golden", name].iter().collect();
     if std::env::var_os("ONEFIX_BLESS").is_some_and(|v| v == "1") {
         fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -3,5 +3,7 @@
 mod fixture;
 mod flamegraph;
 mod golden;
+mod html;
 mod json;
+mod pprof;
 mod speedscope;

@@ -7,7 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use onefix_load::{summary, LoadConfig, RequestSpec};
+use std::path::Path;
+
+use onefix_load::{summary, LoadConfig, LoadResult, RequestSpec};
 
 use crate::cli::LoadArgs;
 
@@ -53,6 +55,19 @@ pub fn config(args: &LoadArgs) -> Result<LoadConfig> {
     })
 }
 
+/// Prints the summary of a load and writes its JSON result where asked.
+pub fn emit(result: &LoadResult, json: Option<&Path>) -> Result<()> {
+    print!("{}", summary::render(result));
+    if let Some(path) = json {
+        let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+        let mut w = std::io::BufWriter::new(file);
+        serde_json::to_writer_pretty(&mut w, result)?;
+        writeln!(w)?;
+        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
 pub fn run(args: LoadArgs) -> Result<ExitCode> {
     let cfg = config(&args)?;
     let stop = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
@@ -72,14 +87,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode> {
         eprint!("\r\x1b[2K");
     }
     let result = result?;
-    print!("{}", summary::render(&result));
-    if let Some(path) = &args.json {
-        let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-        let mut w = std::io::BufWriter::new(file);
-        serde_json::to_writer_pretty(&mut w, &result)?;
-        writeln!(w)?;
-        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    emit(&result, args.json.as_deref())?;
     if result.completed == 0 {
         let why = match result.errors.kinds().into_iter().max_by_key(|(_, n)| *n) {
             Some((kind, n)) => format!(" ({n} of {} ended in: {kind})", result.sent),

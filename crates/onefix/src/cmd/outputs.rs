@@ -8,8 +8,8 @@ use anyhow::{Context, Result};
 use onefix_diagnose::{diagnose, Diagnosis, KnowledgeBase, Options, UserCode};
 use onefix_model::{Mode, Profile};
 use onefix_report::{
-    write_flamegraph, write_folded, write_json, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
-    JsonOptions, TerminalOptions,
+    write_flamegraph, write_folded, write_html, write_json, write_pprof, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
+    FileSystemSources, HtmlRun, JsonOptions, TerminalOptions,
 };
 
 use crate::cli::{ModeArg, OutputArgs};
@@ -86,10 +86,22 @@ pub fn default_native_user_dirs(cwd: Option<&str>, pid: u32) -> Vec<String> {
     dirs
 }
 
+/// The built-in knowledge base, parsed once per process.
+fn knowledge_base() -> &'static KnowledgeBase {
+    static KB: std::sync::OnceLock<KnowledgeBase> = std::sync::OnceLock::new();
+    KB.get_or_init(KnowledgeBase::builtin)
+}
+
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
-    let kb = KnowledgeBase::builtin();
     let user = user_code(profile, args);
-    diagnose(profile, &kb, &user, &Options { mode, ..Options::default() })
+    diagnose(profile, knowledge_base(), &user, &Options { mode, ..Options::default() })
+}
+
+/// The diagnosis with every user line in `hot_lines`, not only the hottest: for comparing
+/// recordings slice by slice.
+pub fn run_diagnosis_all_lines(profile: &Profile, mode: Mode) -> Diagnosis {
+    let user = user_code(profile, &OutputArgs::default());
+    diagnose(profile, knowledge_base(), &user, &Options { mode, max_hot_lines: usize::MAX, ..Options::default() })
 }
 
 /// Writes every output asked for, then the terminal summary on stdout. An output that cannot
@@ -110,6 +122,11 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, args: &Ou
     });
     out(&args.speedscope, "speedscope profile", &|w| write_speedscope(w, profile, mode));
     out(&args.folded, "folded stacks", &|w| write_folded(w, profile, mode, &FoldedOptions::default()));
+    out(&args.pprof, "pprof profile", &|w| write_pprof(w, profile, mode));
+    out(&args.html, "HTML report", &|w| {
+        let run = HtmlRun { label: "recording".to_owned(), profile, diagnosis, mode, complete };
+        write_html(w, &[run], &FileSystemSources { cwd: profile.meta.target.cwd.clone() })
+    });
 
     let stdout = io::stdout();
     let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();

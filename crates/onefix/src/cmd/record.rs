@@ -5,6 +5,7 @@ use std::io::{BufReader, BufWriter, IsTerminal};
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
@@ -17,9 +18,14 @@ use crate::cli::RecordArgs;
 use crate::cmd::outputs;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Stops the load of `record --load`, if there is one.
+static LOAD_STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
+    if let Some(stop) = LOAD_STOP.get() {
+        stop.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Ctrl-C and SIGTERM end the recording with a full report instead of killing onefix.
@@ -37,6 +43,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         bail!("nothing to record: give a command after `--` (onefix record -- python3 app.py) or a process with --pid");
     }
     let mode: Mode = args.mode.into();
+    // Everything wrong with a load is said before a server is started for it.
+    let load = match &args.load {
+        Some(spec) => {
+            let cfg = crate::cmd::load::config(&spec.0)?;
+            let addr = onefix_load::target_addr(&cfg).map_err(|e| anyhow::anyhow!("in the load: {e}"))?;
+            Some((cfg, addr))
+        }
+        None => None,
+    };
     let output = args.output.clone().unwrap_or_else(|| default_output(&args));
     // Open the recording before starting anything, so an unwritable path costs the target nothing.
     let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
@@ -86,8 +101,19 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
 
     let schedule = Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
     let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
+    let mut driven = None;
+    if let Some((cfg, addr)) = load {
+        if let Err(e) = onefix_load::wait_until_listening(addr, SERVER_START_LIMIT, || !process::is_running(pid)) {
+            sampler.stop(&mut profile, 0, !process::is_running(pid), pid);
+            let _ = std::fs::remove_file(&output);
+            bail!("cannot drive the load: {e}");
+        }
+        driven = Some(DrivenLoad::start(cfg));
+    }
+    // With a load, sampling lasts exactly as long as the load does.
+    let stop = driven.as_ref().map_or(&INTERRUPTED, |d| &*d.finished);
     let started = Instant::now();
-    let outcome = record(sampler.as_sampler(), &mut profile, Some(&mut writer), &schedule, &INTERRUPTED, |p| {
+    let outcome = record(sampler.as_sampler(), &mut profile, Some(&mut writer), &schedule, stop, |p| {
         if progress {
             eprint!(
                 "\ronefix: {:.0} s, {} reads, {} read errors   ",
@@ -100,6 +126,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if progress {
         eprintln!();
     }
+    let load_result = driven.map(DrivenLoad::finish);
     let elapsed_us = started.elapsed().as_micros() as u64;
     // Only now, with sampling stopped, is a child we started stopped if need be and reaped
     // (see onefix_collect::process).
@@ -109,6 +136,23 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     drop(sampler);
 
+    let load_result = match load_result {
+        Some(Ok(result)) => {
+            if outcome.write_error.is_none() {
+                // The load's result travels with the recording, for `report` and `compare`.
+                let json = serde_json::to_vec(&result).unwrap_or_default();
+                if let Err(e) = writer.write_attachment(LOAD_ATTACHMENT, &json) {
+                    eprintln!("onefix: could not add the load's result to the recording ({e})");
+                }
+            }
+            Some(result)
+        }
+        Some(Err(e)) => {
+            eprintln!("onefix: the load did not run: {e}");
+            None
+        }
+        None => None,
+    };
     // The samples are on disk, batch by batch; read them back for the report. Whatever the
     // file could not take (disk full) is still in memory and is added to what it holds.
     let unwritten = match outcome.write_error {
@@ -135,6 +179,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
+    if let (Some(result), Some(spec)) = (&load_result, &args.load) {
+        println!("\nthe load, while the server was profiled:");
+        crate::cmd::load::emit(result, spec.0.json.as_deref())?;
+        if let Some(note) = time_outside_the_server(&diagnosis, result) {
+            println!("  note: {note}");
+        }
+    }
     if saved && !args.outputs.quiet {
         eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
     }
@@ -265,6 +316,60 @@ fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
         interval_us: (1e6 / args.rate).round() as u64,
         tick_hz: args.rate,
     })
+}
+
+/// When requests take much longer than the server works on each, the time is not in the
+/// server's code, and its profile cannot show where it goes: say so, with the figures.
+fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
+    let secs_per_weight = d.seconds_per_weight?;
+    if load.completed == 0 {
+        return None;
+    }
+    let busy_ms = d.busy_weight as f64 * secs_per_weight * 1e3 / load.completed as f64;
+    let service_ms = load.service_time_ms.p50;
+    (service_ms >= 5.0 && service_ms >= 5.0 * busy_ms).then(|| {
+        format!(
+            "the server's threads were busy {busy_ms:.2} ms per request, but the median request took {service_ms:.1} ms from \
+             its send: most of the time is outside the server's code (the network stack, e.g. a response written in \
+             pieces waiting on Nagle and delayed ACKs; a proxy; or the client)"
+        )
+    })
+}
+
+/// How long a started server may take before its port answers, under `--load`.
+const SERVER_START_LIMIT: Duration = Duration::from_secs(30);
+/// The name of the load's JSON result among a recording's attachments.
+pub const LOAD_ATTACHMENT: &str = "load";
+
+/// The load of `record --load`, running on its own thread while the server is sampled.
+struct DrivenLoad {
+    /// Raised when the load has ended, by itself or because it was stopped.
+    finished: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Result<onefix_load::LoadResult, onefix_load::LoadError>>,
+}
+
+impl DrivenLoad {
+    fn start(cfg: onefix_load::LoadConfig) -> DrivenLoad {
+        let stop = LOAD_STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+        let finished = Arc::new(AtomicBool::new(false));
+        let (stop2, finished2) = (stop.clone(), finished.clone());
+        let thread = std::thread::spawn(move || {
+            let result = onefix_load::run(&cfg, stop2, &mut |_| {});
+            finished2.store(true, Ordering::Relaxed);
+            result
+        });
+        DrivenLoad { finished, stop, thread }
+    }
+
+    /// Stops the load if sampling ended first (the server exited, Ctrl-C), and gives its result.
+    fn finish(self) -> Result<onefix_load::LoadResult, String> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.join() {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("the load generator failed".into()),
+        }
+    }
 }
 
 /// Native samples are taken by the kernel; the loop only drains its buffers this often.

@@ -1,0 +1,409 @@
+//! The self-contained HTML report: one file that opens in any browser with no network, the CSS
+//! and the viewer's JavaScript inline and the data embedded as JSON.
+//!
+//! It shows, for one recording or two side by side:
+//! - the findings first, from the same object the JSON report writes (the contract);
+//! - an interactive flame graph per weight the recording allows (wall and CPU time for a wall
+//!   recording, CPU time for a CPU one, allocated bytes for an allocation one), with search,
+//!   zoom and click to focus; for two recordings also the differential graph;
+//! - the timeline of samples per thread, split by state (running or waiting);
+//! - the hot user lines with a few lines of source around them, when the file is readable.
+//!
+//! The page is built by [`html_data`] (a JSON value, tested against golden files) and the
+//! viewer in `html/` (tested in a headless browser by the onefix crate's tests).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+
+use onefix_diagnose::Diagnosis;
+use onefix_model::{CallTree, FrameId, FrameKind, Mode, Profile, WeightUnit};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::describe;
+use crate::json::{report, JsonOptions};
+
+const TEMPLATE: &str = include_str!("html/report.html");
+const STYLE: &str = include_str!("html/report.css");
+const SCRIPT: &str = include_str!("html/report.js");
+
+/// Frames narrower than this fraction of the graph's total are left out of the embedded graph
+/// (their weight stays in their parent): flamegraph.pl leaves out frames below 0.1 pixel for
+/// the same reason, to keep big recordings' pages small and quick.
+const MIN_NODE_FRACTION: f64 = 1.0 / 5000.0;
+/// Lines of source shown on each side of a hot line.
+const SOURCE_CONTEXT: u32 = 3;
+/// The timeline's buckets: at least this long, and at most this many.
+const MIN_BUCKET_S: f64 = 0.1;
+const MAX_BUCKETS: usize = 300;
+/// Threads shown in the timeline, busiest first; the rest are counted.
+const MAX_TIMELINE_THREADS: usize = 40;
+
+/// Where the report reads source files from (the file system, or a map in tests).
+pub trait SourceFiles {
+    /// The text of `path` as the target named it, or `None` when it cannot be read.
+    fn read(&self, path: &str) -> Option<String>;
+}
+
+/// Reads sources from the file system, relative paths from the target's working directory.
+pub struct FileSystemSources {
+    pub cwd: Option<String>,
+}
+
+impl SourceFiles for FileSystemSources {
+    fn read(&self, path: &str) -> Option<String> {
+        let full = match (&self.cwd, path.starts_with('/')) {
+            (Some(cwd), false) => std::path::Path::new(cwd).join(path),
+            _ => std::path::PathBuf::from(path),
+        };
+        // Source files only: a frame may name a huge or special file.
+        let meta = std::fs::metadata(&full).ok()?;
+        if !meta.is_file() || meta.len() > 4 << 20 {
+            return None;
+        }
+        std::fs::read_to_string(full).ok()
+    }
+}
+
+impl SourceFiles for BTreeMap<String, String> {
+    fn read(&self, path: &str) -> Option<String> {
+        self.get(path).cloned()
+    }
+}
+
+/// One recording to show.
+pub struct HtmlRun<'a> {
+    /// What to call it: `before`, `after`, or the recording's file name.
+    pub label: String,
+    pub profile: &'a Profile,
+    pub diagnosis: &'a Diagnosis,
+    /// The weight the diagnosis used.
+    pub mode: Mode,
+    pub complete: bool,
+}
+
+/// Writes the report of one recording, or of two side by side (before, after) with the
+/// differential flame graph.
+pub fn write_html<W: Write>(mut w: W, runs: &[HtmlRun], sources: &dyn SourceFiles) -> io::Result<()> {
+    if runs.is_empty() || runs.len() > 2 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "an HTML report shows one or two recordings"));
+    }
+    let data = html_data(runs, sources);
+    let title = data["title"].as_str().unwrap_or("onefix").to_owned();
+    // Inside <script>, `<` is escaped so that no string in the data can close the element.
+    let json = serde_json::to_string(&data)?.replace('<', "\\u003c");
+    let page = TEMPLATE
+        .replace("{{TITLE}}", &escape_html(&title))
+        .replace("{{STYLE}}", STYLE)
+        .replace("{{SCRIPT}}", SCRIPT)
+        .replace("{{DATA}}", &json);
+    w.write_all(page.as_bytes())?;
+    w.flush()
+}
+
+fn escape_html(text: &str) -> String {
+    // `{` too, so that nothing in a title reads as one of the template's placeholders.
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('{', "&#123;")
+}
+
+#[derive(Serialize)]
+struct RunData<'a> {
+    label: &'a str,
+    report: crate::json::Report<'a>,
+    /// `function (file:line)` per frame index the graphs use.
+    frames: Vec<FrameData>,
+    flames: Vec<Flame>,
+    timeline: Timeline,
+    sources: Vec<SourceSnippet>,
+}
+
+#[derive(Serialize)]
+struct FrameData {
+    name: String,
+    /// `python`, `native` or `kernel`.
+    kind: &'static str,
+    /// Whether a finding or a hot line is at this frame's line: drawn in the finding colour.
+    hot: bool,
+}
+
+#[derive(Serialize)]
+struct Flame {
+    /// `wall time`, `CPU time`, `allocated bytes`.
+    name: String,
+    /// `seconds` or `bytes`.
+    unit: &'static str,
+    /// Seconds (or bytes) one unit of weight stands for.
+    per_weight: f64,
+    root: Node,
+}
+
+/// A call-tree node: `f` is the frame index (-1 for the root), `v` the total weight, `s` the
+/// self weight, `c` the children, sorted by name as flame graphs are.
+#[derive(Serialize)]
+struct Node {
+    f: i64,
+    v: u64,
+    s: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    c: Vec<Node>,
+}
+
+#[derive(Serialize)]
+struct Timeline {
+    bucket_s: f64,
+    /// Weight that one thread sampled at every tick of a bucket adds up to.
+    bucket_full: f64,
+    threads: Vec<ThreadRow>,
+    threads_left_out: usize,
+}
+
+#[derive(Serialize)]
+struct ThreadRow {
+    name: String,
+    /// Weight per bucket with the thread running (on a CPU, or runnable).
+    running: Vec<u64>,
+    /// Weight per bucket with the thread waiting (blocked, sleeping, idle).
+    waiting: Vec<u64>,
+}
+
+#[derive(Serialize)]
+struct SourceSnippet {
+    file: String,
+    line: u32,
+    /// 1-based number of the first line in `text`.
+    first: u32,
+    text: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct DiffNode {
+    name: String,
+    a: u64,
+    b: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    c: Vec<DiffNode>,
+}
+
+/// The data the page embeds, as a JSON value: `title`, `runs` (each with `report`, `frames`,
+/// `flames`, `timeline`, `sources`) and, for two runs, `diff`.
+pub fn html_data(runs: &[HtmlRun], sources: &dyn SourceFiles) -> Value {
+    let title = match runs {
+        [one] => format!("onefix: {}", describe::command_line(&one.profile.meta.target)),
+        [a, b, ..] => format!("onefix: {} vs {}", a.label, b.label),
+        [] => "onefix".to_owned(),
+    };
+    let run_data: Vec<RunData> = runs.iter().map(|run| run_data(run, sources)).collect();
+    let diff = match runs {
+        [a, b] => Some(diff_tree(a, b)),
+        _ => None,
+    };
+    serde_json::json!({
+        "title": title,
+        "tool": format!("onefix {}", runs.first().map(|r| describe::tool_version(&r.profile.meta)).unwrap_or("")),
+        "runs": run_data,
+        "diff": diff,
+    })
+}
+
+fn run_data<'a>(run: &'a HtmlRun, sources: &dyn SourceFiles) -> RunData<'a> {
+    let profile = run.profile;
+    let hot_places: Vec<(&str, u32)> = run
+        .diagnosis
+        .findings
+        .iter()
+        .map(|f| (f.file.as_str(), f.line))
+        .chain(run.diagnosis.hot_lines.iter().map(|h| (h.file.as_str(), h.line)))
+        .collect();
+
+    let mut frames = FrameTable::default();
+    let mut flames = Vec::new();
+    let spw = profile.seconds_per_weight();
+    let (unit, per_weight) = match spw {
+        Some(s) => ("seconds", s),
+        None => ("bytes", 1.0),
+    };
+    let modes: Vec<(Mode, String)> = match (profile.meta.weight_unit, run.mode) {
+        (WeightUnit::Bytes, _) => vec![(Mode::Wall, "allocated bytes".to_owned())],
+        (WeightUnit::Samples { .. }, Mode::Wall) => {
+            vec![(Mode::Wall, "wall time".to_owned()), (Mode::Cpu, "CPU time".to_owned())]
+        }
+        (WeightUnit::Samples { .. }, Mode::Cpu) => vec![(Mode::Cpu, "CPU time".to_owned())],
+    };
+    for (mode, name) in modes {
+        let tree = CallTree::build(profile, |s| mode.counts(s.state));
+        if tree.root().total == 0 {
+            continue;
+        }
+        let min = (tree.root().total as f64 * MIN_NODE_FRACTION).ceil() as u64;
+        let root = node(profile, &tree, CallTree::ROOT, min, &mut frames, &hot_places);
+        flames.push(Flame { name, unit, per_weight, root });
+    }
+
+    RunData {
+        label: &run.label,
+        report: report(profile, run.diagnosis, &JsonOptions { complete: run.complete }),
+        frames: frames.frames,
+        flames,
+        timeline: timeline(profile),
+        sources: snippets(&hot_places, sources),
+    }
+}
+
+#[derive(Default)]
+struct FrameTable {
+    frames: Vec<FrameData>,
+    index: HashMap<FrameId, i64>,
+}
+
+fn node(
+    profile: &Profile,
+    tree: &CallTree,
+    id: usize,
+    min: u64,
+    frames: &mut FrameTable,
+    hot_places: &[(&str, u32)],
+) -> Node {
+    let n = &tree.nodes[id];
+    let f = match n.frame {
+        None => -1,
+        Some(frame_id) => *frames.index.entry(frame_id).or_insert_with(|| {
+            let frame = profile.frame(frame_id);
+            frames.frames.push(FrameData {
+                name: frame.label(),
+                kind: match frame.kind {
+                    FrameKind::Python => "python",
+                    FrameKind::Native => "native",
+                    FrameKind::Kernel => "kernel",
+                },
+                hot: frame.line > 0 && hot_places.iter().any(|&(file, line)| file == frame.file && line == frame.line),
+            });
+            frames.frames.len() as i64 - 1
+        }),
+    };
+    let mut children: Vec<usize> = n.children.iter().copied().filter(|&c| tree.nodes[c].total >= min.max(1)).collect();
+    children.sort_by_cached_key(|&c| tree.nodes[c].frame.map(|f| profile.frame(f).label()));
+    Node {
+        f,
+        v: n.total,
+        s: n.self_weight,
+        c: children.into_iter().map(|c| node(profile, tree, c, min, frames, hot_places)).collect(),
+    }
+}
+
+fn timeline(profile: &Profile) -> Timeline {
+    let duration_s = profile
+        .meta
+        .duration_s
+        .max(profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0) as f64 / 1e6);
+    let bucket_s = (duration_s / MAX_BUCKETS as f64).max(MIN_BUCKET_S);
+    // Rounded to the millisecond so the embedded data stays readable and stable.
+    let bucket_s = (bucket_s * 1000.0).ceil() / 1000.0;
+    let buckets = ((duration_s / bucket_s).floor() as usize + 1).min(MAX_BUCKETS + 1);
+    let mut rows: Vec<(u64, Vec<u64>, Vec<u64>)> = vec![(0, vec![0; buckets], vec![0; buckets]); profile.threads().len()];
+    for s in &profile.samples {
+        let b = ((s.time_us as f64 / 1e6 / bucket_s) as usize).min(buckets - 1);
+        let row = &mut rows[s.thread as usize];
+        row.0 += u64::from(s.weight);
+        if s.state.active() {
+            row.1[b] += u64::from(s.weight);
+        } else {
+            row.2[b] += u64::from(s.weight);
+        }
+    }
+    let mut order: Vec<usize> = (0..rows.len()).filter(|&t| rows[t].0 > 0).collect();
+    order.sort_by_key(|&t| (std::cmp::Reverse(rows[t].0), t));
+    let left_out = order.len().saturating_sub(MAX_TIMELINE_THREADS);
+    order.truncate(MAX_TIMELINE_THREADS);
+    let threads = order
+        .into_iter()
+        .map(|t| {
+            let info = profile.thread(t as u32);
+            let (_, running, waiting) = std::mem::take(&mut rows[t]);
+            ThreadRow {
+                name: match &info.name {
+                    Some(name) => format!("{name} ({})", info.tid),
+                    None => format!("thread {}", info.tid),
+                },
+                running,
+                waiting,
+            }
+        })
+        .collect();
+    let bucket_full = match profile.seconds_per_weight() {
+        Some(spw) if spw > 0.0 => describe::round_to(bucket_s / spw, 3),
+        _ => 0.0,
+    };
+    Timeline { bucket_s, bucket_full, threads, threads_left_out: left_out }
+}
+
+fn snippets(places: &[(&str, u32)], sources: &dyn SourceFiles) -> Vec<SourceSnippet> {
+    let mut texts: HashMap<&str, Option<Vec<String>>> = HashMap::new();
+    let mut out: Vec<SourceSnippet> = Vec::new();
+    for &(file, line) in places {
+        if line == 0 || out.iter().any(|s| s.file == file && s.line == line) {
+            continue;
+        }
+        let text = texts
+            .entry(file)
+            .or_insert_with(|| sources.read(file).map(|t| t.lines().map(str::to_owned).collect()));
+        let Some(lines) = text else { continue };
+        if line as usize > lines.len() {
+            continue;
+        }
+        let first = line.saturating_sub(SOURCE_CONTEXT).max(1);
+        let last = (line + SOURCE_CONTEXT).min(lines.len() as u32);
+        out.push(SourceSnippet {
+            file: file.to_owned(),
+            line,
+            first,
+            text: lines[first as usize - 1..last as usize].to_vec(),
+        });
+    }
+    out
+}
+
+/// The two runs' call trees merged by function name, each node holding both weights, in each
+/// run's own mode. Function names, not lines or files: a fix moves lines and may live in a
+/// renamed file (`app_slow.py`, `app_fixed.py`), and the graph must still line the two up.
+fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
+    #[derive(Default)]
+    struct Merged {
+        a: u64,
+        b: u64,
+        children: BTreeMap<String, Merged>,
+    }
+    fn add(merged: &mut Merged, profile: &Profile, tree: &CallTree, id: usize, side_b: bool) {
+        let n = &tree.nodes[id];
+        if side_b {
+            merged.b += n.total;
+        } else {
+            merged.a += n.total;
+        }
+        for &c in &n.children {
+            let label = tree.nodes[c].frame.map(|f| profile.frame(f).function.clone()).unwrap_or_default();
+            add(merged.children.entry(label).or_default(), profile, tree, c, side_b);
+        }
+    }
+    fn finish(name: String, m: Merged, min_a: u64, min_b: u64) -> DiffNode {
+        DiffNode {
+            name,
+            a: m.a,
+            b: m.b,
+            c: m
+                .children
+                .into_iter()
+                .filter(|(_, c)| c.a >= min_a || c.b >= min_b)
+                .map(|(name, c)| finish(name, c, min_a, min_b))
+                .collect(),
+        }
+    }
+    let mut root = Merged::default();
+    for (run, side_b) in [(a, false), (b, true)] {
+        let mode = run.mode;
+        let tree = CallTree::build(run.profile, |s| mode.counts(s.state));
+        add(&mut root, run.profile, &tree, CallTree::ROOT, side_b);
+    }
+    let min = |total: u64| ((total as f64 * MIN_NODE_FRACTION).ceil() as u64).max(1);
+    let (min_a, min_b) = (min(root.a), min(root.b));
+    finish("all".to_owned(), root, min_a, min_b)
+}

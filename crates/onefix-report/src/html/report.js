@@ -1,0 +1,310 @@
+// onefix's HTML report viewer: draws the embedded data (findings, flame graphs, timeline, hot
+// lines). No network, no libraries: the page must open anywhere, offline, as one file.
+(function () {
+  'use strict';
+  var data = JSON.parse(document.getElementById('onefix-data').textContent);
+  var app = document.getElementById('app');
+  var ROW = 18;
+
+  function el(tag, attrs) {
+    var node = document.createElement(tag);
+    if (attrs) {
+      Object.keys(attrs).forEach(function (k) {
+        if (k === 'text') node.textContent = attrs[k];
+        else if (k === 'cls') node.className = attrs[k];
+        else node.setAttribute(k, attrs[k]);
+      });
+    }
+    for (var i = 2; i < arguments.length; i++) {
+      var kid = arguments[i];
+      if (kid === null || kid === undefined) continue;
+      node.appendChild(typeof kid === 'string' ? document.createTextNode(kid) : kid);
+    }
+    return node;
+  }
+  function pct(x) { return (100 * x).toFixed(x < 0.1 && x > 0 ? 1 : 0) + '%'; }
+  function pct1(x) { return (100 * x).toFixed(1) + '%'; }
+  function base(path) { var i = path.lastIndexOf('/'); return i < 0 ? path : path.slice(i + 1); }
+  function amount(weight, flame) {
+    var v = weight * flame.per_weight;
+    if (flame.unit === 'bytes') {
+      var units = ['B', 'kB', 'MB', 'GB', 'TB'], u = 0;
+      while (v >= 1000 && u < units.length - 1) { v /= 1000; u++; }
+      return (u ? v.toFixed(1) : v.toFixed(0)) + ' ' + units[u];
+    }
+    return v >= 1 ? v.toFixed(2) + ' s' : (v * 1000).toFixed(1) + ' ms';
+  }
+  function hash(text) {
+    var h = 2166136261;
+    for (var i = 0; i < text.length; i++) { h ^= text.charCodeAt(i); h = Math.imul(h, 16777619); }
+    return (h >>> 0) / 4294967296;
+  }
+
+  // ---- header ----
+  var sub = document.getElementById('subtitle');
+  data.runs.forEach(function (run) {
+    var r = run.report;
+    var what = r.unit === 'bytes' ? 'allocations' : r.mode + ' mode, ' + r.rate_hz + ' Hz';
+    var line = (data.runs.length > 1 ? run.label + ': ' : '') + r.samples + ' samples over ' +
+      r.duration_s.toFixed(2) + ' s (' + what + ') of ' +
+      (r.target.argv ? r.target.argv.join(' ') : 'pid ' + r.target.pid) +
+      (r.share_of ? '; shares are of the ' + r.share_of : '');
+    sub.appendChild(el('div', { cls: 'muted' }, line));
+  });
+
+  function section(title, id) {
+    var s = el('section', { id: id }, el('h2', { text: title }));
+    app.appendChild(s);
+    return s;
+  }
+  // Lays out one block per run: side by side for two runs.
+  function perRun(parent, draw) {
+    // Attached before drawing, so that drawings can measure their width.
+    var cols = el('div', { cls: data.runs.length > 1 ? 'cols' : '' });
+    parent.appendChild(cols);
+    data.runs.forEach(function (run) {
+      var col = el('div', { cls: 'run' });
+      if (data.runs.length > 1) col.appendChild(el('h3', { text: run.label }));
+      cols.appendChild(col);
+      draw(run, col);
+    });
+  }
+
+  // ---- findings ----
+  var findings = section('Findings', 'findings');
+  perRun(findings, function (run, col) {
+    var r = run.report;
+    if (!r.findings.length) col.appendChild(el('p', { cls: 'muted', text: 'No finding: no line of your code stands out in this recording.' }));
+    r.findings.forEach(function (f) {
+      var card = el('div', { cls: 'finding', 'data-rank': f.rank },
+        el('div', { cls: 'headline' },
+          el('span', { cls: 'rank', text: '#' + f.rank }),
+          el('span', { cls: 'loc mono', text: base(f.file) + ':' + f.line }),
+          f.code ? el('code', { text: f.code }) : null,
+          el('span', { cls: 'share', text: pct(f.share) })),
+        el('div', { cls: 'kind' }, f.kind + ': ' + f.title),
+        f.why ? el('div', { cls: 'why' }, f.why) : null,
+        el('div', { cls: 'fix' }, el('b', { text: 'fix: ' }), f.advice),
+        f.max_speedup ? el('div', { cls: 'gain' }, el('b', { text: 'if this cost went away: ' }), 'up to ' + f.max_speedup.toFixed(1) + 'x faster') : null,
+        el('div', { cls: 'muted' }, 'seen in ' + pct(f.recurrence) + ' of time windows' +
+          (f.enclosing_loop ? '; inside the loop at ' + base(f.enclosing_loop) : '') + '; in ' + f.function + ' (' + f.file + ')'));
+      if (f.evidence.length) {
+        var table = el('table', { cls: 'evidence' }, el('tr', null, el('th', { text: 'evidence' }), el('th', { text: 'where' }), el('th', { cls: 'num', text: 'share' })));
+        f.evidence.forEach(function (e) {
+          table.appendChild(el('tr', null, el('td', { cls: 'mono', text: e.frame }),
+            el('td', { cls: 'mono muted', text: e.file ? base(e.file) + (e.line ? ':' + e.line : '') : '' }),
+            el('td', { cls: 'num', text: pct1(e.share) })));
+        });
+        card.appendChild(table);
+      }
+      col.appendChild(card);
+    });
+    if (r.notes.length) {
+      var ul = el('ul', { cls: 'notes' });
+      r.notes.forEach(function (n) { ul.appendChild(el('li', { text: n })); });
+      col.appendChild(ul);
+    }
+    if (!r.complete) col.appendChild(el('p', { cls: 'muted', text: 'The recording ends early: this covers what was recorded.' }));
+  });
+
+  // ---- flame graphs ----
+  // A generic tree: {name, v, s, kids, parent, depth, color, tip}.
+  function fromRun(run, flame) {
+    function make(n, parent, depth) {
+      var fr = n.f >= 0 ? run.frames[n.f] : { name: 'all', kind: 'root', hot: false };
+      var node = { name: fr.name, v: n.v, s: n.s, parent: parent, depth: depth, kids: [], frame: fr };
+      node.kids = (n.c || []).map(function (c) { return make(c, node, depth + 1); });
+      return node;
+    }
+    var root = make(flame.root, null, 0);
+    var total = root.v || 1;
+    return {
+      root: root,
+      color: function (n) {
+        var h = hash(n.name);
+        if (n.frame.kind === 'root') return '#c9ced6';
+        if (n.frame.hot) return 'hsl(8,' + (70 + 15 * h) + '%,' + (58 + 8 * h) + '%)';
+        if (n.frame.kind === 'python') return 'hsl(' + (45 + 15 * h) + ',80%,' + (60 + 10 * h) + '%)';
+        if (n.frame.kind === 'kernel') return 'hsl(' + (200 + 20 * h) + ',60%,70%)';
+        return 'hsl(' + (20 + 15 * h) + ',75%,' + (62 + 8 * h) + '%)';
+      },
+      tip: function (n) {
+        return n.name + '\n' + amount(n.v, flame) + ', ' + pct1(n.v / total) + ' of ' + flame.name +
+          (n.s ? ' (self ' + amount(n.s, flame) + ')' : '');
+      }
+    };
+  }
+  function fromDiff(diff) {
+    var ta = diff.a || 1, tb = diff.b || 1, most = 0;
+    function make(n, parent, depth) {
+      var node = { name: n.name, v: n.b, a: n.a, b: n.b, parent: parent, depth: depth, kids: [] };
+      node.delta = n.b / tb - n.a / ta;
+      most = Math.max(most, Math.abs(node.delta));
+      node.kids = (n.c || []).filter(function (c) { return c.b > 0; }).map(function (c) { return make(c, node, depth + 1); });
+      return node;
+    }
+    var root = make(diff, null, 0);
+    return {
+      root: root,
+      color: function (n) {
+        var x = most > 0 ? n.delta / most : 0;
+        if (Math.abs(x) < 0.02) return '#dfe3e8';
+        return x > 0 ? 'hsl(0,80%,' + (92 - 40 * x) + '%)' : 'hsl(215,80%,' + (92 + 40 * x) + '%)';
+      },
+      tip: function (n) {
+        var d = n.delta * 100;
+        return n.name + '\nbefore ' + pct1(n.a / ta) + ', after ' + pct1(n.b / tb) + ' (' + (d >= 0 ? '+' : '') + d.toFixed(1) + ' points)';
+      }
+    };
+  }
+
+  // Draws a tree as an icicle (callers above callees) with search, zoom and click to focus.
+  function flameView(parent, tree) {
+    var controls = el('div', { cls: 'controls' });
+    var search = el('input', { type: 'search', placeholder: 'search frames (regular expression)', 'aria-label': 'search frames' });
+    var reset = el('button', { type: 'button', text: 'reset zoom' });
+    var matched = el('span', { cls: 'muted matched' });
+    controls.appendChild(search); controls.appendChild(reset); controls.appendChild(matched);
+    var crumbs = el('div', { cls: 'crumbs' });
+    var box = el('div', { cls: 'flame' });
+    parent.appendChild(controls); parent.appendChild(crumbs); parent.appendChild(box);
+    var focus = tree.root, pattern = null;
+
+    function matches(n) { return pattern !== null && pattern.test(n.name); }
+    function draw() {
+      box.textContent = '';
+      var width = box.clientWidth || 1000;
+      var ancestors = [];
+      for (var a = focus.parent; a; a = a.parent) ancestors.unshift(a);
+      function frameDiv(n, x, w, row, cls) {
+        var d = el('div', { cls: 'frame' + cls + (matches(n) ? ' match' : ''), title: tree.tip(n), 'data-name': n.name });
+        d.style.left = x + 'px'; d.style.width = Math.max(w - 1, 1) + 'px'; d.style.top = row * ROW + 'px';
+        if (!matches(n)) d.style.background = tree.color(n);
+        if (w > 28) d.textContent = n.name;
+        d.addEventListener('click', function () { focus = n; draw(); });
+        box.appendChild(d);
+      }
+      ancestors.forEach(function (n, i) { frameDiv(n, 0, width, i, ' ancestor'); });
+      // The height follows the rows actually drawn: deep but narrow stacks (imports at
+      // start-up) must not stretch the graph.
+      var rows = ancestors.length + 1;
+      function layout(n, x, w, row) {
+        rows = Math.max(rows, row + 1);
+        frameDiv(n, x, w, row, n === focus ? ' focus' : '');
+        var cx = x;
+        n.kids.forEach(function (k) {
+          var kw = w * k.v / (n.v || 1);
+          if (kw >= 0.5) layout(k, cx, kw, row + 1);
+          cx += kw;
+        });
+      }
+      layout(focus, 0, width, ancestors.length);
+      box.style.height = (rows * ROW + 2) + 'px';
+      crumbs.textContent = focus === tree.root ? 'click a frame to zoom into it' :
+        'zoomed into: ' + ancestors.concat([focus]).slice(1).map(function (n) { return n.name; }).join(' \u2192 ');
+    }
+    // Weight under frames that match, each stack counted once.
+    function matchedWeight(n) {
+      if (matches(n)) return n.v;
+      return n.kids.reduce(function (sum, k) { return sum + matchedWeight(k); }, 0);
+    }
+    search.addEventListener('input', function () {
+      var text = search.value.trim();
+      pattern = null;
+      if (text) {
+        try { pattern = new RegExp(text, 'i'); } catch (e) { pattern = new RegExp(text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'i'); }
+      }
+      matched.textContent = pattern ? 'matched ' + pct1(matchedWeight(tree.root) / (tree.root.v || 1)) : '';
+      draw();
+    });
+    reset.addEventListener('click', function () { focus = tree.root; draw(); });
+    window.addEventListener('resize', draw);
+    draw();
+  }
+
+  var flames = section('Flame graph', 'flamegraph');
+  flames.appendChild(el('p', { cls: 'muted', text: 'Callers above callees; widths are shares of the weight. Click a frame to focus on it, search to highlight. Red frames are lines with a finding or a hot line.' }));
+  perRun(flames, function (run, col) {
+    if (!run.flames.length) { col.appendChild(el('p', { cls: 'muted', text: 'No sample to draw.' })); return; }
+    var holder = el('div');
+    var choose = null;
+    if (run.flames.length > 1) {
+      choose = el('select', { 'aria-label': 'weight' });
+      run.flames.forEach(function (f, i) { choose.appendChild(el('option', { value: i, text: f.name })); });
+      col.appendChild(el('div', { cls: 'controls' }, 'weight: ', choose));
+    }
+    col.appendChild(holder);
+    function show(i) { holder.textContent = ''; flameView(holder, fromRun(run, run.flames[i])); }
+    if (choose) choose.addEventListener('change', function () { show(+choose.value); });
+    show(0);
+  });
+  if (data.diff) {
+    flames.appendChild(el('h3', { text: 'Difference: ' + data.runs[1].label + ' against ' + data.runs[0].label }));
+    flames.appendChild(el('p', { cls: 'muted', text: 'Widths are the after run; red frames take a larger share after, blue a smaller one.' }));
+    var diffHolder = el('div', { id: 'diff' });
+    flames.appendChild(diffHolder);
+    flameView(diffHolder, fromDiff(data.diff));
+  }
+
+  // ---- timeline ----
+  var timelines = section('Timeline', 'timeline');
+  timelines.appendChild(el('div', { cls: 'legend muted' }, 'samples per thread over time:',
+    el('span', { style: 'background:#2f8f4e' }), 'running', el('span', { style: 'background:#9aa5b1' }), 'waiting'));
+  perRun(timelines, function (run, col) {
+    var t = run.timeline;
+    var box = el('div', { cls: 'timeline' });
+    var most = t.bucket_full;
+    if (!(most > 0)) {
+      t.threads.forEach(function (row) { row.running.forEach(function (v, i) { most = Math.max(most, v + row.waiting[i]); }); });
+    }
+    var svgNs = 'http://www.w3.org/2000/svg';
+    t.threads.forEach(function (row) {
+      var n = row.running.length;
+      var svg = document.createElementNS(svgNs, 'svg');
+      svg.setAttribute('viewBox', '0 0 ' + n + ' 20');
+      svg.setAttribute('preserveAspectRatio', 'none');
+      row.running.forEach(function (run, i) {
+        var wait = row.waiting[i];
+        var hr = Math.min(20, 20 * run / (most || 1)), hw = Math.min(20 - hr, 20 * wait / (most || 1));
+        [[hr, 20 - hr, '#2f8f4e'], [hw, 20 - hr - hw, '#9aa5b1']].forEach(function (bar) {
+          if (bar[0] <= 0) return;
+          var rect = document.createElementNS(svgNs, 'rect');
+          rect.setAttribute('x', i); rect.setAttribute('width', 1);
+          rect.setAttribute('y', bar[1]); rect.setAttribute('height', bar[0]);
+          rect.setAttribute('fill', bar[2]);
+          svg.appendChild(rect);
+        });
+      });
+      box.appendChild(el('div', { cls: 'row' }, el('div', { cls: 'name mono', title: row.name, text: row.name }), svg));
+    });
+    var seconds = (t.threads.length ? t.threads[0].running.length : 0) * t.bucket_s;
+    box.appendChild(el('div', { cls: 'muted' }, '0 s to ' + seconds.toFixed(1) + ' s, ' + (t.bucket_s * 1000).toFixed(0) + ' ms per bar' +
+      (t.threads_left_out ? '; ' + t.threads_left_out + ' quieter threads not shown' : '')));
+    col.appendChild(box);
+  });
+
+  // ---- hot lines ----
+  var hot = section('Hot lines of your code', 'hotlines');
+  perRun(hot, function (run, col) {
+    var r = run.report;
+    if (!r.hot_lines.length) { col.appendChild(el('p', { cls: 'muted', text: 'No sample fell in your code.' })); return; }
+    r.hot_lines.forEach(function (h) {
+      var item = el('div', { cls: 'hotline' },
+        el('div', null, el('b', { text: pct1(h.share) }), ' ', el('span', { cls: 'mono', text: base(h.file) + ':' + h.line }), ' ',
+          el('span', { cls: 'muted', text: h.function + ' (self ' + pct1(h.self_share) + ', blocked ' + pct1(h.blocked_share) + ')' })));
+      var snippet = run.sources.filter(function (s) { return s.file === h.file && s.line === h.line; })[0];
+      if (snippet) {
+        var pre = el('pre');
+        snippet.text.forEach(function (text, i) {
+          var n = snippet.first + i;
+          pre.appendChild(el('span', { cls: n === h.line ? 'here' : '' }, el('i', { text: String(n) }), text));
+        });
+        item.appendChild(pre);
+      } else if (h.code) {
+        item.appendChild(el('pre', null, el('span', { cls: 'here' }, el('i', { text: String(h.line) }), h.code)));
+      }
+      col.appendChild(item);
+    });
+  });
+  document.body.setAttribute('data-rendered', 'true');
+})();

@@ -1,0 +1,346 @@
+//! The report files, read by the tools that read them: pprof files from real Python and native
+//! recordings through `go tool pprof` (Debian's golang-go, installed by ./setup), whose top
+//! functions and lines must be the ones onefix's own summary names, with the same weights.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn onefix() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_onefix"))
+}
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("onefix-reports-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir.canonicalize().unwrap())
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Records `command` in the scratch directory with `--json` and `--pprof`, and returns the report.
+fn record_with_pprof(s: &Scratch, extra: &[&str], command: &[&Path]) -> Value {
+    let out = onefix()
+        .current_dir(&s.0)
+        .args(["record", "--quiet", "-o"])
+        .arg(s.path("rec.onefix"))
+        .arg("--json")
+        .arg(s.path("report.json"))
+        .arg("--pprof")
+        .arg(s.path("profile.pb.gz"))
+        .args(extra)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&std::fs::read(s.path("report.json")).unwrap()).unwrap()
+}
+
+/// One row of `go tool pprof -top`: flat percentage and the node's name (with `file:line`
+/// under `-lines`).
+#[derive(Debug)]
+struct TopRow {
+    flat_percent: f64,
+    name: String,
+}
+
+/// Runs `go tool pprof -top ARGS FILE` and parses its table.
+fn pprof_top(file: &Path, args: &[&str]) -> Vec<TopRow> {
+    let out = Command::new("go")
+        // Every node, however small: the hot lines include lines seen once or twice.
+        .args(["tool", "pprof", "-top", "-nodecount=200", "-nodefraction=0", "-edgefraction=0"])
+        .args(args)
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `go tool pprof` ({e}): install Go with ./setup (Debian's golang-go)"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "go tool pprof failed: {}{text}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<TopRow> = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| {
+            // flat flat% sum% cum cum% name...
+            let fields: Vec<&str> = l.split_whitespace().collect();
+            (fields.len() >= 6).then(|| TopRow {
+                flat_percent: fields[1].trim_end_matches('%').parse().unwrap(),
+                name: fields[5..].join(" "),
+            })
+        })
+        .collect();
+    assert!(!rows.is_empty(), "no rows in:\n{text}");
+    rows
+}
+
+/// A regular expression matching `text` literally.
+fn regex_literal(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| if "\\.+*?()|[]{}^$".contains(c) { vec!['\\', c] } else { vec![c] })
+        .collect()
+}
+
+/// pprof's flat time by function has onefix's first finding's function on top; restricted to
+/// the user's files (`-show`, so each sample's leaf is its deepest user frame, onefix's
+/// frontier), its flat time by line is onefix's hot lines, line for line, with the same shares
+/// of the total weight.
+fn pprof_agrees_with_the_summary(s: &Scratch, report: &Value) {
+    let file = s.path("profile.pb.gz");
+    let finding = &report["findings"][0];
+    assert!(!finding.is_null(), "no finding in {report:#}");
+    let by_function = pprof_top(&file, &[]);
+    assert_eq!(by_function[0].name, finding["function"].as_str().unwrap(), "{by_function:#?}\n{report:#}");
+
+    let show = format!("-show={}", regex_literal(&s.0.display().to_string()));
+    let by_line = pprof_top(&file, &["-lines", &show]);
+    let total = report["total_weight"].as_f64().unwrap();
+    let hot_lines = report["hot_lines"].as_array().unwrap();
+    assert!(hot_lines.len() >= 2, "{report:#}");
+    let location = |h: &Value| format!("{} {}:{}", h["function"].as_str().unwrap(), h["file"].as_str().unwrap(), h["line"]);
+    assert_eq!(by_line[0].name, location(&hot_lines[0]), "{by_line:#?}\n{report:#}");
+    for hot in hot_lines {
+        let row = by_line.iter().find(|r| r.name == location(hot)).unwrap_or_else(|| panic!("{} not in {by_line:#?}", location(hot)));
+        let expected = 100.0 * hot["weight"].as_f64().unwrap() / total;
+        assert!((row.flat_percent - expected).abs() < 0.011, "{}: pprof {}%, onefix {expected}%", location(hot), row.flat_percent);
+    }
+}
+
+const TWO_PY: &str = r#"
+import time
+
+def heavy():
+    t = 0
+    for i in range(300_000):
+        t += i * i
+    return t
+
+def light():
+    t = 0
+    for i in range(100_000):
+        t += i
+    return t
+
+def main():
+    end = time.time() + 2.0
+    while time.time() < end:
+        heavy()
+        light()
+
+main()
+"#;
+
+#[test]
+fn pprof_of_a_python_recording_is_read_by_go_tool_pprof_with_the_same_top_lines() {
+    let s = Scratch::new("pprof-python");
+    let prog = s.path("two.py");
+    std::fs::write(&prog, TWO_PY).unwrap();
+    let report = record_with_pprof(&s, &["--mode", "cpu", "--rate", "200"], &[Path::new("python3"), &prog]);
+    assert_eq!(report["findings"][0]["function"], "heavy", "{report:#}");
+    pprof_agrees_with_the_summary(&s, &report);
+}
+
+const TWO_C: &str = r#"
+#include <time.h>
+static volatile double sink;
+static void heavy(void) {
+    double x = 0;
+    for (int i = 0; i < 300000; i++) x += i * 0.5;
+    sink = x;
+}
+static void light(void) {
+    double x = 0;
+    for (int i = 0; i < 100000; i++) x += i * 0.25;
+    sink = x;
+}
+int main(void) {
+    time_t end = time(NULL) + 2;
+    while (time(NULL) < end) {
+        heavy();
+        light();
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn pprof_of_a_native_recording_is_read_by_go_tool_pprof_with_the_same_top_lines() {
+    let s = Scratch::new("pprof-native");
+    let src = s.path("two.c");
+    std::fs::write(&src, TWO_C).unwrap();
+    let exe = s.path("two");
+    let cc = Command::new("cc").args(["-O1", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap();
+    assert!(cc.success());
+    let report = record_with_pprof(&s, &["--mode", "cpu", "--rate", "999"], &[&exe]);
+    assert_eq!(report["target"]["language"], "native");
+    assert_eq!(report["findings"][0]["function"], "heavy", "{report:#}");
+    pprof_agrees_with_the_summary(&s, &report);
+}
+
+/// Opens `html` in headless chromium through tests/browser/html_report.mjs, searching for
+/// `search`, and returns what it saw. The screenshot is kept as target/tmp/`screenshot`.
+fn open_in_browser(html: &Path, screenshot: &str, search: &str) -> Value {
+    let chromium = Path::new("/usr/bin/chromium");
+    assert!(chromium.exists(), "chromium is not installed: run ./setup (it installs Debian's chromium package)");
+    let driver = repo().join("tests/browser/node_modules/playwright-core");
+    assert!(driver.exists(), "playwright-core is not installed in tests/browser: run ./setup (npm ci there)");
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(screenshot);
+    let _ = std::fs::remove_file(&screenshot);
+    let out = Command::new("node")
+        .arg(repo().join("tests/browser/html_report.mjs"))
+        .arg(html)
+        .arg(&screenshot)
+        .arg(search)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install Node.js and run ./setup"));
+    assert!(out.status.success(), "the browser check failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", screenshot.display());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The checks every opened report must pass: no console error, no network, and a click on a
+/// flame graph frame focuses the graph on that frame.
+fn assert_renders_and_zooms(seen: &Value) {
+    assert_eq!(seen["consoleErrors"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["requests"], serde_json::json!([]), "the page must need no network: {seen:#}");
+    let click = &seen["click"];
+    assert_eq!(click["focused"], click["name"], "{seen:#}");
+    let box_width = click["boxWidth"].as_f64().unwrap();
+    assert!(click["widthBefore"].as_f64().unwrap() < 0.9 * box_width, "{seen:#}");
+    assert!(click["widthAfter"].as_f64().unwrap() > 0.95 * box_width, "{seen:#}");
+    assert!(click["crumbs"].as_str().unwrap().starts_with("zoomed into:"), "{seen:#}");
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The HTML report of a lab recording, opened in Debian's headless chromium (driven by
+/// tests/browser/html_report.mjs through playwright-core): it shows the recording's findings,
+/// logs no console error, asks for nothing over the network, and a click on a flame graph
+/// frame focuses the graph on it. The screenshot stays in target/tmp for a person to look at.
+#[test]
+fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
+    let s = Scratch::new("html-lab");
+    let html = s.path("report.html");
+    let profiler = format!(
+        "{} record --quiet -o {} --json {} --html {} --",
+        env!("CARGO_BIN_EXE_onefix"),
+        s.path("rec.onefix").display(),
+        s.path("report.json").display(),
+        html.display()
+    );
+    let out = Command::new(repo().join("lab/token-updater/run"))
+        .arg("slow")
+        .env("PROFILER", &profiler)
+        .env("TOKENS", "300")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "lab run failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(s.path("report.json")).unwrap()).unwrap();
+    let finding = &report["findings"][0];
+    assert!(!finding.is_null(), "no finding in {report:#}");
+
+    let function = finding["function"].as_str().unwrap();
+    let seen = open_in_browser(&html, "html-report-lab-token-updater.png", function);
+
+    assert_renders_and_zooms(&seen);
+    let shown = seen["findings"].as_array().unwrap();
+    assert_eq!(shown.len(), report["findings"].as_array().unwrap().len(), "{seen:#}");
+    let base = finding["file"].as_str().unwrap().rsplit('/').next().unwrap();
+    assert_eq!(shown[0]["loc"], format!("{base}:{}", finding["line"]), "{seen:#}");
+    assert!(shown[0]["kind"].as_str().unwrap().starts_with(finding["kind"].as_str().unwrap()), "{seen:#}");
+    assert!(shown[0]["fix"].as_str().unwrap().contains(finding["advice"].as_str().unwrap()), "{seen:#}");
+    assert_eq!(shown[0]["evidence"], finding["evidence"].as_array().unwrap().len(), "{seen:#}");
+    if let Some(bound) = finding["max_speedup"].as_f64() {
+        assert!(shown[0]["gain"].as_str().unwrap().contains(&format!("{bound:.1}x")), "{seen:#}");
+    }
+    assert_eq!(seen["sections"], serde_json::json!(["Findings", "Flame graph", "Timeline", "Hot lines of your code"]));
+    assert!(seen["timelineRows"].as_u64().unwrap() >= 1, "{seen:#}");
+    // The finding's line is shown with its source.
+    let code = finding["code"].as_str().unwrap().trim();
+    assert!(seen["snippets"].as_array().unwrap().iter().any(|t| t.as_str().unwrap().contains(code)), "{seen:#}");
+
+    // Searching for the finding's function highlights frames.
+    assert!(seen["search"]["matches"].as_u64().unwrap() >= 1, "{seen:#}");
+}
+
+/// Two recordings in one HTML report (before and after a fix): both runs' findings side by
+/// side, and the differential flame graph, in a real browser.
+#[test]
+fn html_report_of_two_recordings_renders_side_by_side_with_the_difference() {
+    use onefix_diagnose::{diagnose, KnowledgeBase, Options, UserCode};
+    use onefix_model::recording::read_recording;
+    use onefix_report::{write_html, FileSystemSources, HtmlRun};
+
+    let s = Scratch::new("html-compare");
+    let before = s.path("before.py");
+    std::fs::write(&before, TWO_PY).unwrap();
+    // The fix: the heavy pass is gone.
+    let after = s.path("after.py");
+    std::fs::write(&after, TWO_PY.replace("        heavy()\n", "")).unwrap();
+    let mut profiles = Vec::new();
+    for (name, prog) in [("before", &before), ("after", &after)] {
+        let rec = s.path(&format!("{name}.onefix"));
+        let out = onefix()
+            .current_dir(&s.0)
+            .args(["record", "--quiet", "--mode", "cpu", "--rate", "200", "-o"])
+            .arg(&rec)
+            .args(["--", "python3"])
+            .arg(prog)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
+        profiles.push(read_recording(std::fs::File::open(&rec).unwrap()).unwrap().profile);
+    }
+    let kb = KnowledgeBase::builtin();
+    let diagnoses: Vec<_> = profiles
+        .iter()
+        .map(|p| {
+            let user = UserCode::new(p.meta.user_code.iter().map(PathBuf::from), None);
+            diagnose(p, &kb, &user, &Options { mode: p.meta.mode, ..Options::default() })
+        })
+        .collect();
+    assert_eq!(diagnoses[0].findings[0].function, "heavy");
+    assert!(diagnoses[1].findings.iter().all(|f| f.function != "heavy"), "{:#?}", diagnoses[1]);
+    let runs: Vec<HtmlRun> = ["before", "after"]
+        .iter()
+        .zip(profiles.iter().zip(&diagnoses))
+        .map(|(label, (profile, diagnosis))| HtmlRun {
+            label: label.to_string(),
+            profile,
+            diagnosis,
+            mode: profile.meta.mode,
+            complete: true,
+        })
+        .collect();
+    let html = s.path("compare.html");
+    let mut file = std::fs::File::create(&html).unwrap();
+    write_html(&mut file, &runs, &FileSystemSources { cwd: None }).unwrap();
+    drop(file);
+
+    let seen = open_in_browser(&html, "html-report-compare.png", "light");
+    assert_renders_and_zooms(&seen);
+    let shown: Vec<&str> = seen["findings"].as_array().unwrap().iter().map(|f| f["loc"].as_str().unwrap()).collect();
+    let expected: Vec<String> = diagnoses
+        .iter()
+        .flat_map(|d| &d.findings)
+        .map(|f| format!("{}:{}", f.file.rsplit('/').next().unwrap(), f.line))
+        .collect();
+    assert_eq!(shown, expected, "both runs' findings, before then after: {seen:#}");
+    let diff = &seen["diff"];
+    assert!(diff["frames"].as_u64().unwrap() >= 3, "{seen:#}");
+    assert!(diff["colours"].as_u64().unwrap() >= 2, "the difference colours what changed: {seen:#}");
+}

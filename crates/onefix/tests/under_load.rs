@@ -1,0 +1,200 @@
+//! `record --load` and `compare` of recordings, on a real Python HTTP server: the server is
+//! started, driven and profiled for the load's duration, and the line it wastes time on is
+//! named; a fixed server's recording compared with the slow one shows that line's cost gone.
+//! The assertions are about which line and what kind, never about how fast anything ran.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn onefix() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_onefix"))
+}
+
+fn server() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/catalog_api.py").canonicalize().unwrap()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("onefix-under-load-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn line_of(file: &Path, marker: &str) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap();
+    let hits: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
+    assert_eq!(hits.len(), 1, "marker {marker:?} must occur once in {}", file.display());
+    hits[0] as u64
+}
+
+/// Profiles the catalog server (slow or fixed) under a 4-second open-loop load.
+fn record_under_load(dir: &Path, variant: &str) -> (Value, Value, Output) {
+    let port = free_port();
+    let load = format!(
+        "http://127.0.0.1:{port}/price?sku={{{{int 0 3999}}}} --rate 40 --duration 4s -c 4 --json {}",
+        dir.join(format!("load-{variant}.json")).display()
+    );
+    let mut cmd = onefix();
+    cmd.current_dir(dir)
+        .args(["record", "--quiet", "-o"])
+        .arg(dir.join(format!("{variant}.onefix")))
+        .arg("--json")
+        .arg(dir.join(format!("{variant}.json")))
+        .args(["--load", &load, "--", "python3"])
+        .arg(server())
+        .arg(port.to_string());
+    if variant == "fixed" {
+        cmd.arg("--fixed");
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the server was left running after the recording"
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(dir.join(format!("{variant}.json"))).unwrap()).unwrap();
+    let load: Value = serde_json::from_slice(&std::fs::read(dir.join(format!("load-{variant}.json"))).unwrap()).unwrap();
+    (report, load, out)
+}
+
+#[test]
+fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_compared() {
+    let dir = scratch("catalog");
+    let parse_line = line_of(&server(), "return json.load(f)");
+
+    let (slow, slow_load, out) = record_under_load(&dir, "slow");
+    let top = &slow["findings"][0];
+    assert!(top["file"].as_str().unwrap().ends_with("catalog_api.py"), "{slow:#}");
+    assert_eq!(top["line"], parse_line, "the settings parsed per request must be rank 1: {slow:#}");
+    assert_eq!(top["kind"], "repeated-setup", "{top:#}");
+    // Sampled for the load's 4 s (plus the last in-flight answers), not the server's lifetime.
+    let secs = slow["duration_s"].as_f64().unwrap();
+    assert!((3.5..8.0).contains(&secs), "recorded {secs} s for a 4 s load");
+    assert!(slow_load["completed"].as_u64().unwrap() > 0, "{slow_load:#}");
+    assert!(slow_load["sent"].as_u64().unwrap() <= 40 * 4 + 1, "{slow_load:#}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("the load, while the server was profiled"), "{stdout}");
+
+    let (fixed, _, _) = record_under_load(&dir, "fixed");
+    let still: Vec<&Value> = fixed["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["line"] == parse_line && f["kind"] == "repeated-setup")
+        .collect();
+    assert!(still.is_empty(), "the fixed server still parses per request: {fixed:#}");
+
+    let cmp = dir.join("compare.json");
+    let out = onefix()
+        .arg("compare")
+        .arg(dir.join("slow.onefix"))
+        .arg(dir.join("fixed.onefix"))
+        .arg("--json")
+        .arg(&cmp)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: Value = serde_json::from_slice(&std::fs::read(&cmp).unwrap()).unwrap();
+    assert!(c["load"]["latency"]["mean_a"].is_number(), "both loads travel with their recordings: {c:#}");
+    assert_eq!(c["unit"], "ms of the line per request");
+    let parse = c["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["line"].as_str().unwrap().contains("return json.load(f)"))
+        .unwrap_or_else(|| panic!("the parse line is not compared: {c:#}"));
+    assert!(
+        ["gone", "down"].contains(&parse["change"].as_str().unwrap()),
+        "the parse line's cost must go away: {parse:#}"
+    );
+    assert!(parse["cost"]["mean_a"].as_f64().unwrap() > 0.0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn one_sentence_failure(out: &Output, expect: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "should have failed: {err}");
+    assert!(err.contains(expect), "expected {expect:?} in: {err}");
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
+}
+
+#[test]
+fn a_bad_load_is_refused_before_the_server_starts_and_a_server_that_never_listens_is_one_sentence() {
+    let dir = scratch("bad");
+    let marker = dir.join("started");
+    // The template is invalid: nothing may be started.
+    let out = onefix()
+        .current_dir(&dir)
+        .args(["record", "--load", "http://127.0.0.1:9/{{int 5}} -d 2s", "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    one_sentence_failure(&out, "{{int");
+    assert!(!marker.exists(), "the server was started for a load that cannot run");
+
+    // A server that ends before it listens.
+    let port = free_port();
+    let out = onefix()
+        .current_dir(&dir)
+        .args(["record", "--load", &format!("http://127.0.0.1:{port}/ -d 2s"), "--", "python3", "-c", "import time; time.sleep(0.5)"])
+        .output()
+        .unwrap();
+    one_sentence_failure(&out, "");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every server in tests/servers with a planted mistake (`# CULPRIT`) and the path its load
+/// asks for (`# load: /path?query`), profiled under a short load: the planted line must be
+/// rank 1. These servers were written to try onefix as a new user would, not tuned to it.
+#[test]
+fn servers_with_a_planted_mistake_have_it_named_under_load() {
+    let dir = scratch("planted");
+    let servers = server().parent().unwrap().to_path_buf();
+    let mut tried = 0;
+    let mut wrong = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(&servers).unwrap().map(|e| e.unwrap().path()).collect();
+    entries.sort();
+    for path in entries.into_iter().filter(|p| p.extension().is_some_and(|e| e == "py")) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (Some(culprit), Some(load_path)) = (
+            text.lines().position(|l| l.trim_end().ends_with("# CULPRIT")),
+            text.lines().find_map(|l| l.strip_prefix("# load: ")),
+        ) else {
+            continue;
+        };
+        tried += 1;
+        let port = free_port();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let json = dir.join(format!("{name}.json"));
+        let out = onefix()
+            .current_dir(&dir)
+            .args(["record", "--quiet", "-o"])
+            .arg(dir.join(format!("{name}.onefix")))
+            .arg("--json")
+            .arg(&json)
+            .args(["--load", &format!("http://127.0.0.1:{port}{} --rate 60 --duration 3s -c 4", load_path.trim())])
+            .args(["--", "python3"])
+            .arg(&path)
+            .arg(port.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let top = &report["findings"][0];
+        if top["line"] != (culprit + 1) as u64 || !top["file"].as_str().unwrap_or("").ends_with(&format!("{name}.py")) {
+            wrong.push(format!("{name}: planted line {}, rank 1 {}:{} {}", culprit + 1, top["file"], top["line"], top["kind"]));
+        }
+    }
+    assert!(tried >= 3, "expected the planted servers in {}", servers.display());
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
