@@ -112,6 +112,12 @@ impl PythonSampler {
         if detail.contains("Unsupported version") {
             return Err(CollectError::UnsupportedPython { pid, detail });
         }
+        // An executable named like an interpreter (or mapping libpython) in which py-spy finds
+        // no CPython version it knows: a future or foreign interpreter.
+        if detail.contains("Failed to find python version") && process::looks_like_python(pid) {
+            let detail = format!("no CPython version onefix knows was found in {}", process::exe(pid));
+            return Err(CollectError::UnsupportedPython { pid, detail });
+        }
         if !process::looks_like_python(pid) {
             return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
         }

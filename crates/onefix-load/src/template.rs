@@ -49,6 +49,9 @@ Example, a BitTorrent announce over 2,000 torrents and 1,000 peers at 1,000 requ
 /// The largest `bytes N` and pool size accepted.
 const MAX_BYTES: usize = 1 << 20;
 const MAX_POOL: usize = 10_000_000;
+/// The most a `pick` pool may hold in all: it is built before the first request is sent, so a
+/// pool of large values (`pick 10000 bytes 1048576 hex`) must be refused, not allocated.
+const MAX_POOL_BYTES: usize = 256 << 20;
 
 /// An invalid template, in one sentence.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -359,9 +362,19 @@ impl Compiler {
                 let mut rng = SmallRng::seed_from_u64(mix(self.seed ^ 0x9e37_79b9_7f4a_7c15, self.pools));
                 let mut values = Vec::with_capacity(k);
                 let mut buf = Vec::new();
+                let mut pool_bytes = 0usize;
                 for _ in 0..k {
                     buf.clear();
                     gen.write(&mut rng, 0, &mut buf);
+                    pool_bytes += buf.len();
+                    // The first value's size times the pool size tells at once, for values of
+                    // one size; the running total catches the rest.
+                    if pool_bytes > MAX_POOL_BYTES || (values.is_empty() && buf.len().saturating_mul(k) > MAX_POOL_BYTES) {
+                        return err(format!(
+                            "the pool of `pick {k}` would hold more than {} MiB: use a smaller pool or shorter values",
+                            MAX_POOL_BYTES >> 20
+                        ));
+                    }
                     values.push(buf.as_slice().into());
                 }
                 Gen::Choice(values)
@@ -462,8 +475,15 @@ fn check_values(values: &[Box<[u8]>], place: Place, what: &str) -> Result<(), Te
 }
 
 fn read_lines(path: &Path, enc: Option<Encoding>) -> Result<Vec<Box<[u8]>>, TemplateError> {
-    let data = std::fs::read(path)
-        .or_else(|e| err(format!("cannot read the file {}: {}", path.display(), e.to_string().to_lowercase())))?;
+    let cannot = |e: std::io::Error| TemplateError(format!("cannot read the file {}: {}", path.display(), e.to_string().to_lowercase()));
+    // Read no more than a pool may hold: a device (`/dev/zero`) or a huge file is refused
+    // instead of filling memory.
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(path).map_err(cannot)?, MAX_POOL_BYTES as u64 + 1), &mut data)
+        .map_err(cannot)?;
+    if data.len() > MAX_POOL_BYTES {
+        return err(format!("the file {} is larger than {} MiB: give a smaller file of values", path.display(), MAX_POOL_BYTES >> 20));
+    }
     let mut values = Vec::new();
     for line in data.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -782,6 +802,9 @@ mod tests {
             ("/x/{{pick 0 int 1 2}}", "pool size must be between"),
             ("/x/{{pick 5 seq}}", "cannot draw from `seq`"),
             ("/x/{{pick 5}}", "needs a generator"),
+            ("/x/{{line /dev/zero}}", "larger than 256 MiB"),
+            // Found by fuzzing (bench/fuzz.sh template): a pool too large to build.
+            ("/x/{{pick 3000 bytes 1048576 hex}}", "would hold more than 256 MiB"),
             ("/x/{{nope}}", "nor a variable defined earlier"),
             ("/x/{{choice \"a}}", "never closed"),
             ("/x/{{line /nonexistent/file.txt}}", "cannot read the file /nonexistent/file.txt"),

@@ -6,7 +6,8 @@
 //! - an interactive flame graph per weight the recording allows (wall and CPU time for a wall
 //!   recording, CPU time for a CPU one, allocated bytes for an allocation one), with search,
 //!   zoom and click to focus; for two recordings also the differential graph;
-//! - the timeline of samples per thread, split by state (running or waiting);
+//! - the timeline of samples per thread, split by state (running or waiting), and of the
+//!   request rate and latency of the load that drove the target, when there was one;
 //! - the hot user lines with a few lines of source around them, when the file is readable.
 //!
 //! The page is built by [`html_data`] (a JSON value, tested against golden files) and the
@@ -115,6 +116,9 @@ struct RunData<'a> {
     flames: Vec<Flame>,
     timeline: Timeline,
     sources: Vec<SourceSnippet>,
+    /// The load that drove the target (`record --load`), when the recording carries it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    load: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -246,7 +250,30 @@ fn run_data<'a>(run: &'a HtmlRun, sources: &dyn SourceFiles) -> RunData<'a> {
         flames,
         timeline: timeline(profile),
         sources: snippets(&hot_places, sources),
+        load: load(profile),
     }
+}
+
+/// The `load` attachment (`onefix load`'s JSON result, see
+/// crates/onefix-load/schema/load-result.schema.json), cut to what the page draws: totals,
+/// latency percentiles and the per-window request rate and latency.
+fn load(profile: &Profile) -> Option<Value> {
+    let result: Value = serde_json::from_slice(profile.attachments.get("load")?).ok()?;
+    let windows: Vec<Value> = result["windows"]
+        .as_array()?
+        .iter()
+        .map(|w| {
+            serde_json::json!({
+                "start_s": w["start_s"], "duration_s": w["duration_s"], "rps": w["rps"], "errors": w["errors"],
+                "p50_ms": w["latency_ms"]["p50"], "p99_ms": w["latency_ms"]["p99"],
+            })
+        })
+        .collect();
+    Some(serde_json::json!({
+        "url": result["url"], "achieved_rps": result["achieved_rps"], "target_rps": result["target_rps"],
+        "completed": result["completed"], "errors": result["errors"]["total"], "latency_ms": result["latency_ms"],
+        "windows": windows,
+    }))
 }
 
 #[derive(Default)]

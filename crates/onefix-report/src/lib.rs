@@ -11,6 +11,7 @@
 //! | [`write_pprof`] | pprof's gzipped protobuf, as `go tool pprof`, Pyroscope and Parca read |
 //! | [`write_html`] | one self-contained HTML page: findings, flame graphs, timeline, hot lines with source |
 //! | [`write_json`] | the findings report, the JSON contract of DESIGN.md §3 |
+//! | [`write_top`] | one screen of `onefix top`: the last seconds' hot lines, findings, thread states |
 //! | [`write_terminal`] | the human summary: findings first, then the hot lines |
 //!
 //! The stack writers take a [`Mode`](onefix_model::Mode) deciding which samples count, so one
@@ -24,6 +25,7 @@ mod json;
 pub mod pprof;
 mod speedscope;
 mod terminal;
+mod top;
 
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
@@ -32,3 +34,4 @@ pub use json::{write_json, JsonOptions};
 pub use pprof::write_pprof;
 pub use speedscope::write_speedscope;
 pub use terminal::{write_terminal, TerminalOptions};
+pub use top::{write_top, TopStatus};

@@ -24,6 +24,12 @@ pub enum Command {
     /// Say whether B is faster than A, with statistics: two load results (`onefix load --json`),
     /// or two recordings (which lines' cost went down or up, and their loads if `--load` drove them).
     Compare(CompareArgs),
+    /// A live view of a running program, redrawn every second: its hottest lines, the current
+    /// findings and its threads' states. `q` or Ctrl-C quits.
+    Top(TopArgs),
+    /// Shell completions and man pages, generated from this command line (for packagers).
+    #[command(hide = true)]
+    Generate(GenerateArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -74,7 +80,7 @@ pub struct RecordArgs {
     #[arg(long, short, value_parser = parse_duration)]
     pub duration: Option<Duration>,
     /// Samples per second.
-    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate)]
+    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate, allow_negative_numbers = true)]
     pub rate: f64,
     #[arg(long, value_enum, default_value_t = ModeArg::Wall)]
     pub mode: ModeArg,
@@ -106,6 +112,34 @@ pub struct RecordArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct TopArgs {
+    /// Watch this running process instead of starting one.
+    #[arg(long, short, conflicts_with = "command")]
+    pub pid: Option<u32>,
+    /// Samples per second.
+    #[arg(long, short, default_value_t = 100.0, value_parser = parse_rate)]
+    pub rate: f64,
+    #[arg(long, value_enum, default_value_t = ModeArg::Wall)]
+    pub mode: ModeArg,
+    /// Seconds of the past the view covers.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub window: Duration,
+    /// Stop by itself after this long.
+    #[arg(long, short, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Save what was seen as a recording (render it later with `onefix report`).
+    #[arg(long, short, value_name = "PATH")]
+    pub output: Option<PathBuf>,
+    /// Directory holding your own code (repeatable); default: the target's working directory
+    /// and the script's directory.
+    #[arg(long = "user-code", value_name = "DIR")]
+    pub user_code: Vec<PathBuf>,
+    /// The program to start and watch.
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
 pub struct ReportArgs {
     /// A recording written by `onefix record`.
     pub recording: PathBuf,
@@ -125,7 +159,7 @@ pub struct LoadArgs {
     /// Requests per second on a fixed schedule (open loop: latency counts from each request's
     /// due time), or `max` to send each request as soon as the connection's previous answer
     /// arrives (closed loop).
-    #[arg(long, short, default_value = "max", value_parser = parse_load_rate)]
+    #[arg(long, short, default_value = "max", value_parser = parse_load_rate, allow_negative_numbers = true)]
     pub rate: LoadRate,
     /// How long to send (e.g. 30s, 2m); default 10s, or until --max-requests are done.
     #[arg(long, short, value_parser = parse_duration)]
@@ -230,6 +264,41 @@ pub struct CompareArgs {
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(subcommand)]
+    pub what: Generate,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Generate {
+    /// The completion script for a shell, on stdout.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Man pages: onefix(1) on stdout, or with --dir one page per command (onefix-record.1, ...).
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Writes the completion script for `shell`, from the same definition clap parses with.
+pub fn write_completions(shell: clap_complete::Shell, out: &mut dyn std::io::Write) {
+    clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "onefix", out);
+}
+
+/// Writes onefix(1) to `out`.
+pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
+}
+
+/// Writes onefix.1 and one page per visible subcommand (onefix-record.1, ...) into `dir`.
+pub fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
+    clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), dir)
 }
 
 /// `30s`, `2m`, `1h`, `500ms`, or a number of seconds.

@@ -14,6 +14,8 @@ fn main() -> ExitCode {
         cli::Command::Report(args) => cmd::report::run(args),
         cli::Command::Load(args) => cmd::load::run(args),
         cli::Command::Compare(args) => cmd::compare::run(args),
+        cli::Command::Top(args) => cmd::top::run(args),
+        cli::Command::Generate(args) => cmd::generate::run(args),
     };
     match result {
         Ok(code) => code,

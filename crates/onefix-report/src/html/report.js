@@ -281,7 +281,48 @@
     box.appendChild(el('div', { cls: 'muted' }, '0 s to ' + seconds.toFixed(1) + ' s, ' + (t.bucket_s * 1000).toFixed(0) + ' ms per bar' +
       (t.threads_left_out ? '; ' + t.threads_left_out + ' quieter threads not shown' : '')));
     col.appendChild(box);
+    if (run.load) drawLoad(run.load, col);
   });
+
+  // The load that drove the target: request rate per window (bars) and latency p50/p99 (lines).
+  function drawLoad(load, col) {
+    var lat = load.latency_ms || {};
+    col.appendChild(el('h3', { text: 'Load' }));
+    col.appendChild(el('div', { cls: 'muted load-summary' }, load.completed + ' requests, ' + (+load.achieved_rps).toFixed(0) + ' per second' +
+      (load.target_rps ? ' (asked ' + load.target_rps + ')' : '') + ', ' + load.errors + ' errors; latency p50 ' +
+      (+lat.p50).toFixed(1) + ' ms, p99 ' + (+lat.p99).toFixed(1) + ' ms, max ' + (+lat.max).toFixed(1) + ' ms'));
+    var windows = load.windows || [];
+    if (!windows.length) return;
+    var svgNs = 'http://www.w3.org/2000/svg';
+    function chart(label, values, lines) {
+      var most = 0;
+      values.concat.apply(values, lines.map(function (l) { return l[1]; })).forEach(function (v) { most = Math.max(most, +v || 0); });
+      var svg = document.createElementNS(svgNs, 'svg');
+      svg.setAttribute('viewBox', '0 0 ' + windows.length + ' 40');
+      svg.setAttribute('preserveAspectRatio', 'none');
+      svg.style.height = '44px';
+      values.forEach(function (v, i) {
+        var h = 40 * (+v || 0) / (most || 1);
+        var rect = document.createElementNS(svgNs, 'rect');
+        rect.setAttribute('x', i + 0.1); rect.setAttribute('width', 0.8); rect.setAttribute('y', 40 - h); rect.setAttribute('height', h);
+        rect.setAttribute('fill', '#4c78a8');
+        svg.appendChild(rect);
+      });
+      lines.forEach(function (l) {
+        var poly = document.createElementNS(svgNs, 'polyline');
+        poly.setAttribute('points', l[1].map(function (v, i) { return (i + 0.5) + ',' + (40 - 40 * (+v || 0) / (most || 1)); }).join(' '));
+        poly.setAttribute('fill', 'none'); poly.setAttribute('stroke', l[0]); poly.setAttribute('stroke-width', '1.5');
+        poly.setAttribute('vector-effect', 'non-scaling-stroke');
+        svg.appendChild(poly);
+      });
+      return el('div', { cls: 'row' }, el('div', { cls: 'name', text: label + ' (max ' + most.toFixed(1) + ')' }), svg);
+    }
+    var box = el('div', { cls: 'timeline load' });
+    box.appendChild(chart('requests per second', windows.map(function (w) { return w.rps; }), []));
+    box.appendChild(chart('latency ms: p50 green, p99 red', [], [['#2f8f4e', windows.map(function (w) { return w.p50_ms; })],
+      ['#d9482b', windows.map(function (w) { return w.p99_ms; })]]));
+    col.appendChild(box);
+  }
 
   // ---- hot lines ----
   var hot = section('Hot lines of your code', 'hotlines');

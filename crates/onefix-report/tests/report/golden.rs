@@ -136,3 +136,25 @@ fn terminal_summary_stays_short_and_shows_at_most_the_asked_findings() {
     assert!(out.contains("and 20 more"), "{out}");
     assert!(out.lines().count() <= 50, "{} lines:\n{out}", out.lines().count());
 }
+
+#[test]
+fn top_screen() {
+    let status = onefix_report::TopStatus {
+        target: "python3 updater.py --batch 50 (pid 4242)".into(),
+        elapsed_s: 12.4,
+        samples: 1240,
+        errors: 3,
+        window_s: 10.0,
+        ended: None,
+        columns: 100,
+        rows: 40,
+    };
+    let out = render(|w| onefix_report::write_top(w, &updater_profile(), &updater_diagnosis(), &status));
+    assert_golden("top.txt", &out);
+    // A narrow, short terminal: lines are cut to the width and the screen to the height.
+    let small = onefix_report::TopStatus { columns: 50, rows: 12, ended: Some("exited with 0".into()), ..status };
+    let out = render(|w| onefix_report::write_top(w, &updater_profile(), &updater_diagnosis(), &small));
+    assert!(out.lines().all(|l| l.chars().count() <= 50), "{out}");
+    assert_eq!(out.lines().count(), 11, "{out}");
+    assert!(out.contains("the target exited with 0; press q to quit"), "{out}");
+}

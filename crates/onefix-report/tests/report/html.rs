@@ -119,3 +119,36 @@ fn html_takes_one_or_two_recordings() {
     assert!(write_html(Vec::new(), &[r(), r(), r()], &sources()).is_err());
     assert!(write_html(Vec::new(), &[r(), r()], &sources()).is_ok());
 }
+
+#[test]
+fn html_data_carries_the_load_that_drove_the_target() {
+    let mut profile = updater_profile();
+    let window = |start: f64, rps: f64, p50: f64, p99: f64| {
+        serde_json::json!({"start_s": start, "duration_s": 1.0, "sent": 50, "completed": 50, "errors": 0, "rps": rps,
+            "latency_ms": {"mean": p50, "stddev": 1.0, "p50": p50, "p90": p99, "p99": p99, "max": p99}})
+    };
+    let result = serde_json::json!({
+        "url": "http://127.0.0.1:8000/price?sku={{int 1 4000}}", "target_rps": 50.0, "achieved_rps": 49.5,
+        "completed": 99, "errors": {"total": 1, "timeout": 1},
+        "latency_ms": {"p50": 20.0, "p90": 80.0, "p99": 120.0, "p999": 130.0, "min": 2.0, "max": 131.0, "mean": 30.0, "stddev": 9.0},
+        "windows": [window(0.0, 50.0, 20.0, 110.0), window(1.0, 49.0, 21.0, 125.0)],
+    });
+    profile.attachments.insert("load".into(), serde_json::to_vec(&result).unwrap());
+    let diagnosis = updater_diagnosis();
+    let data = html_data(&[run("recording", &profile, &diagnosis)], &sources());
+    let load = &data["runs"][0]["load"];
+    assert_eq!(load["errors"], 1);
+    assert_eq!(load["achieved_rps"], 49.5);
+    assert_eq!(load["latency_ms"]["p99"], 120.0);
+    assert_eq!(
+        load["windows"],
+        serde_json::json!([
+            {"start_s": 0.0, "duration_s": 1.0, "rps": 50.0, "errors": 0, "p50_ms": 20.0, "p99_ms": 110.0},
+            {"start_s": 1.0, "duration_s": 1.0, "rps": 49.0, "errors": 0, "p50_ms": 21.0, "p99_ms": 125.0},
+        ])
+    );
+    // No load, no section; an attachment that is not a load result is ignored.
+    assert!(html_data(&[run("recording", &updater_profile(), &diagnosis)], &sources())["runs"][0].get("load").is_none());
+    profile.attachments.insert("load".into(), b"not json".to_vec());
+    assert!(html_data(&[run("recording", &profile, &diagnosis)], &sources())["runs"][0].get("load").is_none());
+}

@@ -14,8 +14,23 @@ fn speedscope(profile: &Profile, mode: Mode) -> Value {
     serde_json::from_str(&out).expect("speedscope output is JSON")
 }
 
-/// Checks the schema's required fields and types, and returns the profiles.
+/// speedscope's own schema, vendored from its npm package (see tests/schema/README.md).
+pub fn speedscope_schema() -> jsonschema::Validator {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/schema/speedscope-file-format-schema.json");
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    jsonschema::validator_for(&schema).expect("speedscope's schema compiles")
+}
+
+/// Every violation of speedscope's schema, one per line.
+pub fn schema_errors(file: &Value) -> Vec<String> {
+    speedscope_schema().iter_errors(file).map(|e| format!("{} at {}", e, e.instance_path())).collect()
+}
+
+/// Validates against speedscope's published schema, checks the conventions the schema cannot
+/// state (indices in range, weights adding up), and returns the profiles.
 fn check_schema(file: &Value) -> &Vec<Value> {
+    let errors = schema_errors(file);
+    assert!(errors.is_empty(), "the file breaks speedscope's schema:\n{}", errors.join("\n"));
     assert_eq!(file["$schema"], "https://www.speedscope.app/file-format-schema.json");
     let frames = file["shared"]["frames"].as_array().expect("shared.frames is an array");
     for frame in frames {
@@ -153,4 +168,26 @@ fn native_frames_name_their_library() {
         .unwrap();
     assert_eq!(ssl["file"], "/usr/lib/x86_64-linux-gnu/libssl.so.3");
     assert!(ssl.get("line").is_none(), "no line is better than line 0");
+}
+
+#[test]
+fn the_schema_check_rejects_what_speedscope_would_reject() {
+    let (profile, _) = updater_profile_with_stacks();
+    let good = speedscope(&profile, Mode::Wall);
+    assert!(schema_errors(&good).is_empty());
+    let breakages: [(&str, fn(&mut Value)); 4] = [
+        ("no weights", |f| {
+            f["profiles"][0].as_object_mut().unwrap().remove("weights");
+        }),
+        ("unknown unit", |f| f["profiles"][0]["unit"] = "parsecs".into()),
+        ("wrong $schema", |f| f["$schema"] = "https://example.invalid/schema.json".into()),
+        ("frame without a name", |f| {
+            f["shared"]["frames"][0].as_object_mut().unwrap().remove("name");
+        }),
+    ];
+    for (what, breakage) in breakages {
+        let mut bad = good.clone();
+        breakage(&mut bad);
+        assert!(!schema_errors(&bad).is_empty(), "{what}: the schema check must fail");
+    }
 }

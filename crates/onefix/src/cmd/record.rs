@@ -17,7 +17,7 @@ use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit
 use crate::cli::RecordArgs;
 use crate::cmd::outputs;
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+pub(crate) static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Stops the load of `record --load`, if there is one.
 static LOAD_STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
@@ -29,7 +29,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 }
 
 /// Ctrl-C and SIGTERM end the recording with a full report instead of killing onefix.
-fn catch_interrupts() {
+pub(crate) fn catch_interrupts() {
     let handler = on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
     unsafe {
@@ -67,6 +67,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
+    // A native child is held before its exec here: name it by its command, not /proc.
+    let exe = if spawned { args.command[0].clone() } else { process::exe(pid) };
     let argv = if spawned { Some(args.command.clone()) } else { process::cmdline(pid) };
     let user_code = if args.outputs.user_code.is_empty() {
         match language {
@@ -113,14 +115,24 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // With a load, sampling lasts exactly as long as the load does.
     let stop = driven.as_ref().map_or(&INTERRUPTED, |d| &*d.finished);
     let started = Instant::now();
-    let outcome = record(sampler.as_sampler(), &mut profile, Some(&mut writer), &schedule, stop, |p| {
-        if progress {
-            eprint!(
-                "\ronefix: {:.0} s, {} reads, {} read errors   ",
-                started.elapsed().as_secs_f64(),
-                p.meta.stats.ticks,
-                p.meta.stats.errors
-            );
+    // On a terminal, a sampler wrapper follows what each tick adds for the progress line.
+    let watch = progress.then(|| {
+        let user = outputs::user_code(&profile, &args.outputs);
+        std::rc::Rc::new(std::cell::RefCell::new(crate::cmd::progress::Progress::new(user, mode)))
+    });
+    let mut watched;
+    let sampling: &mut dyn onefix_collect::Sampler = match &watch {
+        Some(w) => {
+            watched = crate::cmd::progress::Watched { inner: sampler.as_sampler(), progress: w.clone() };
+            &mut watched
+        }
+        None => sampler.as_sampler(),
+    };
+    let outcome = record(sampling, &mut profile, Some(&mut writer), &schedule, stop, |p| {
+        if let Some(w) = &watch {
+            let mut w = w.borrow_mut();
+            w.flushed = true;
+            eprint!("\r{}\x1b[K", w.line(p, started.elapsed()));
         }
     });
     if progress {
@@ -134,6 +146,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for warning in sampler.warnings() {
         eprintln!("onefix: {warning}");
     }
+    if language == Language::Native && executable_has_no_symbols(&profile, &exe) {
+        eprintln!(
+            "onefix: {exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
+        );
+    }
     drop(sampler);
 
     let load_result = match load_result {
@@ -141,6 +158,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             if outcome.write_error.is_none() {
                 // The load's result travels with the recording, for `report` and `compare`.
                 let json = serde_json::to_vec(&result).unwrap_or_default();
+                // Also in memory, for the outputs written from this run (the HTML report).
+                profile.attachments.insert(LOAD_ATTACHMENT.to_owned(), json.clone());
                 if let Err(e) = writer.write_attachment(LOAD_ATTACHMENT, &json) {
                     eprintln!("onefix: could not add the load's result to the recording ({e})");
                 }
@@ -175,7 +194,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     profile.samples = on_disk.map(|l| l.profile.samples).unwrap_or_default();
     profile.samples.extend(unwritten);
     if profile.sample_count() == 0 {
-        bail!("no sample was taken: the target exited before the first read{}", exit_note(&profile.meta.exit));
+        // The file holds metadata alone: nothing worth keeping.
+        let _ = std::fs::remove_file(&output);
+        bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
     }
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
@@ -186,33 +207,96 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             println!("  note: {note}");
         }
     }
-    if saved && !args.outputs.quiet {
+    // Ctrl-C in a terminal reaches the target too (same process group): a target ended by the
+    // SIGINT that also ended the recording did what was asked.
+    let asked_to_stop = INTERRUPTED.load(Ordering::Relaxed);
+    let crashed = match profile.meta.exit {
+        Some(TargetExit::Signal(sig)) if outcome.reason == StopReason::TargetExited && !asked_to_stop && sig != libc::SIGINT => Some(sig),
+        _ => None,
+    };
+    if let Some(sig) = crashed {
+        // The target's crash is not onefix's, but the run did not end as asked: say so, with
+        // where what was recorded until then lies, and exit non-zero for scripts.
+        eprintln!(
+            "onefix: the target was killed by {} after {:.1} s; what was recorded until then is saved to {} (render it again with `onefix report {}`)",
+            signal_name(sig),
+            elapsed_us as f64 / 1e6,
+            output.display(),
+            output.display()
+        );
+        return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+    }
+    if !saved {
+        // The sentence about the unwritable recording was printed above.
+        return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+    }
+    if !args.outputs.quiet {
         eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Exit status when a recording was made but did not end as asked: the target crashed, or the
+/// recording file could not be written whole (disk full). 2 is kept for "nothing recorded".
+const RECORDED_BUT_INCOMPLETE: u8 = 1;
+
+/// Whether the target's own executable appears in the stacks only as addresses: stripped of its
+/// symbol table and debug information, so nothing of it can be named.
+fn executable_has_no_symbols(profile: &Profile, exe: &str) -> bool {
+    let Some(name) = std::path::Path::new(exe).file_name().and_then(|n| n.to_str()) else { return false };
+    let is_exe = |module: &str| std::path::Path::new(module).file_name().and_then(|n| n.to_str()) == Some(name);
+    let mut own = profile.frames().iter().filter(|f| is_exe(&f.module)).peekable();
+    own.peek().is_some() && own.all(|f| f.file.is_empty() && f.function.starts_with("0x"))
+}
+
+/// Why no sample was taken, in one sentence: a target that ended, or one that never ran.
+fn no_sample_sentence(exit: &Option<TargetExit>, elapsed_us: u64) -> String {
+    match exit {
+        Some(TargetExit::StillRunning) => format!(
+            "no sample was taken in {:.1} s: the target is running but did not run on a CPU or switch threads while it was watched (it was idle); nothing was saved",
+            elapsed_us as f64 / 1e6
+        ),
+        _ => format!("no sample was taken: the target exited before the first read{}; nothing was saved", exit_note(exit)),
+    }
+}
+
+/// `SIGSEGV (signal 11)`, or `signal N` for the rest.
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
+}
+
 /// The sampler for the kind of program the target is, and what it brings with it.
-enum TargetSampler {
+pub(crate) enum TargetSampler {
     Python { sampler: PythonSampler, child: Option<Child> },
     Native { sampler: NativeSampler, spawned: bool },
 }
 
-struct StartedTarget {
-    sampler: TargetSampler,
-    pid: u32,
-    spawned: bool,
-    language: Language,
-    runtime_version: Option<String>,
+pub(crate) struct StartedTarget {
+    pub(crate) sampler: TargetSampler,
+    pub(crate) pid: u32,
+    pub(crate) spawned: bool,
+    pub(crate) language: Language,
+    pub(crate) runtime_version: Option<String>,
     /// Microseconds one unit of weight stands for.
-    interval_us: u64,
+    pub(crate) interval_us: u64,
     /// How often the recording loop ticks: every sample for Python, a ring-buffer drain for
     /// native sampling (the kernel samples at the rate itself).
-    tick_hz: f64,
+    pub(crate) tick_hz: f64,
 }
 
 impl TargetSampler {
-    fn as_sampler(&mut self) -> &mut dyn Sampler {
+    pub(crate) fn as_sampler(&mut self) -> &mut dyn Sampler {
         match self {
             TargetSampler::Python { sampler, .. } => sampler,
             TargetSampler::Native { sampler, .. } => sampler,
@@ -220,7 +304,7 @@ impl TargetSampler {
     }
 
     /// Ends sampling; stops a child we started when it is still running, and reaps it.
-    fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
+    pub(crate) fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
         match self {
             TargetSampler::Python { child, .. } => match child.as_mut() {
                 Some(c) => {
@@ -248,7 +332,7 @@ impl TargetSampler {
         }
     }
 
-    fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<String> {
         match self {
             TargetSampler::Python { .. } => Vec::new(),
             TargetSampler::Native { sampler, .. } => sampler.warnings(),
@@ -258,7 +342,7 @@ impl TargetSampler {
 
 /// Starts the command or attaches to the pid, with the sampler its kind of program needs:
 /// native programs (ELF, not an interpreter) through perf_event, Python through py-spy.
-fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
+pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
     let native = match args.pid {
         Some(pid) => {
             if !process::exists(pid) {

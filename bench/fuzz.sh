@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fuzz onefix's parsers of untrusted input for a bounded time each (issue 8); not run in CI.
+#
+#   bench/fuzz.sh                  every target, FUZZ_SECONDS (default 300) each
+#   FUZZ_SECONDS=60 bench/fuzz.sh recording template
+#
+# Targets (fuzz/fuzz_targets/): recording (the .onefix reader, then diagnosis and every
+# report writer on what it reads), kb (the knowledge-base loader), template (the load
+# template compiler and renderer). Needs a nightly toolchain and cargo-fuzz
+# (`cargo install cargo-fuzz`). Seeds come from fuzz/seeds/<target>; the working corpus goes to
+# fuzz/corpus/<target> (not committed). A crash leaves its input in fuzz/artifacts/<target>/:
+# turn it into a regression test next to the code it broke, fix, and commit both.
+# Prints one line per target: runs, seconds, corpus size, and whether it crashed.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+FUZZ="$(dirname "$HERE")/fuzz"
+SECONDS_EACH="${FUZZ_SECONDS:-300}"
+TARGETS=("$@")
+[[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=(recording kb template)
+cd "$FUZZ"
+cargo +nightly fuzz build -O >&2 || exit 2
+status=0
+for t in "${TARGETS[@]}"; do
+    mkdir -p "corpus/$t"
+    log="$(mktemp "${TMPDIR:-/tmp}/onefix-fuzz-$t.XXXXXX")"
+    cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 >"$log" 2>&1
+    rc=$?
+    runs="$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)"
+    [[ -z "$runs" ]] && runs="$(grep -Eo '^#[0-9]+' "$log" | tail -1 | tr -d '#')"
+    corpus="$(ls "corpus/$t" | wc -l)"
+    if [[ $rc -eq 0 ]]; then
+        echo "$t: ${runs:-?} runs in ${SECONDS_EACH} s, corpus $corpus inputs, no crash (log $log)"
+    else
+        echo "$t: CRASH after ${runs:-?} runs (exit $rc): see $log and fuzz/artifacts/$t/"
+        status=1
+    fi
+done
+exit $status

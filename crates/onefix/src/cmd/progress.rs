@@ -1,0 +1,120 @@
+//! The progress line of `record` on a terminal: elapsed time, samples, read errors and the line
+//! of the user's code that is hot right now.
+//!
+//! The recording loop moves samples to disk about once a second, so the line cannot be worked
+//! out from the profile at that moment: a sampler wrapper looks at the weight each tick adds
+//! (merged samples grow in place) and keeps decaying counts per user line.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::Duration;
+
+use onefix_collect::{Sampler, Tick};
+use onefix_diagnose::{Origin, UserCode};
+use onefix_model::{FrameId, Mode, Profile, StackId};
+
+/// Each second, older counts weigh this much less: the line says what is hot now, not since
+/// the start.
+const DECAY_PER_SECOND: f64 = 0.5;
+/// The line never wraps on a normal terminal.
+const WIDTH: usize = 100;
+
+pub struct Progress {
+    user: UserCode,
+    mode: Mode,
+    /// Weight of each sample in the profile already counted, by index.
+    seen: Vec<u32>,
+    /// Set by the recording loop's flush: the profile's samples went to disk.
+    pub flushed: bool,
+    frontier: HashMap<Option<StackId>, Option<FrameId>>,
+    recent: HashMap<FrameId, f64>,
+    recent_total: f64,
+    pub samples: u64,
+}
+
+impl Progress {
+    pub fn new(user: UserCode, mode: Mode) -> Progress {
+        Progress {
+            user,
+            mode,
+            seen: Vec::new(),
+            flushed: false,
+            frontier: HashMap::new(),
+            recent: HashMap::new(),
+            recent_total: 0.0,
+            samples: 0,
+        }
+    }
+
+    /// Counts what the last tick added to the profile.
+    fn account(&mut self, profile: &Profile) {
+        if std::mem::take(&mut self.flushed) {
+            self.seen.clear();
+        }
+        for (i, sample) in profile.samples.iter().enumerate() {
+            let before = self.seen.get(i).copied().unwrap_or(0);
+            if i < self.seen.len() {
+                self.seen[i] = sample.weight;
+            } else {
+                self.seen.push(sample.weight);
+            }
+            let added = sample.weight.saturating_sub(before);
+            if added == 0 {
+                continue;
+            }
+            self.samples += u64::from(added);
+            if !self.mode.counts(sample.state) {
+                continue;
+            }
+            self.recent_total += f64::from(added);
+            let user = &self.user;
+            let line = *self.frontier.entry(sample.stack).or_insert_with(|| {
+                profile.stack_frames_leaf_first(sample.stack).find(|&f| user.origin(profile.frame(f)) == Origin::User)
+            });
+            if let Some(frame) = line {
+                *self.recent.entry(frame).or_default() += f64::from(added);
+            }
+        }
+    }
+
+    /// The line to print, and the decay of the counts for the next second.
+    pub fn line(&mut self, profile: &Profile, elapsed: Duration) -> String {
+        let mut text = format!(
+            "onefix: {:.0} s, {} samples, {} read errors",
+            elapsed.as_secs_f64(),
+            self.samples,
+            profile.meta.stats.errors
+        );
+        let top = self.recent.iter().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)));
+        if let Some((&frame, &weight)) = top {
+            let f = profile.frame(frame);
+            let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+            let share = if self.recent_total > 0.0 { weight / self.recent_total } else { 0.0 };
+            text.push_str(&format!(", now: {file}:{} {} ({:.0}%)", f.line, f.function, share * 100.0));
+        }
+        for weight in self.recent.values_mut() {
+            *weight *= DECAY_PER_SECOND;
+        }
+        self.recent.retain(|_, w| *w >= 0.5);
+        self.recent_total *= DECAY_PER_SECOND;
+        if text.chars().count() > WIDTH {
+            text = text.chars().take(WIDTH - 1).collect::<String>() + "…";
+        }
+        text
+    }
+}
+
+/// A sampler that tells [`Progress`] what each tick added.
+pub struct Watched<'a> {
+    pub inner: &'a mut dyn Sampler,
+    pub progress: Rc<RefCell<Progress>>,
+}
+
+impl Sampler for Watched<'_> {
+    fn tick(&mut self, profile: &mut Profile, time_us: u64) -> Tick {
+        let tick = self.inner.tick(profile, time_us);
+        self.progress.borrow_mut().account(profile);
+        tick
+    }
+}

@@ -1,0 +1,277 @@
+//! `onefix top`: start or attach as `record` does, sample in one-second rounds, and after each
+//! round redraw the diagnosis of the last few seconds. `q` or Ctrl-C quits; `--output` keeps
+//! everything seen as a recording.
+
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use onefix_collect::{process, record, Sampler, Schedule, StopReason, Tick};
+use onefix_diagnose::{diagnose, KnowledgeBase, Options, UserCode};
+use onefix_model::recording::RecordingWriter;
+use onefix_model::{Language, Meta, Mode, Profile, Sample, Target, TargetExit, WeightUnit};
+use onefix_report::{write_top, TopStatus};
+
+use crate::cli::{OutputArgs, RecordArgs, TopArgs};
+use crate::cmd::outputs;
+use crate::cmd::record::{catch_interrupts, start_target, StartedTarget, INTERRUPTED};
+
+/// How often the screen is redrawn.
+const ROUND: Duration = Duration::from_secs(1);
+
+pub fn run(args: TopArgs) -> Result<ExitCode> {
+    if args.pid.is_none() && args.command.is_empty() {
+        bail!("nothing to watch: give a command after `--` (onefix top -- python3 app.py) or a process with --pid");
+    }
+    let mode: Mode = args.mode.into();
+    let file = match &args.output {
+        Some(path) => Some(File::create(path).with_context(|| format!("cannot write the recording to {}", path.display()))?),
+        None => None,
+    };
+    catch_interrupts();
+    // The same start or attach as `record`, so top sees what a recording would.
+    let record_args = RecordArgs {
+        pid: args.pid,
+        duration: None,
+        rate: args.rate,
+        mode: args.mode,
+        native: false,
+        gil: false,
+        subprocesses: false,
+        output: None,
+        seed: 0x0f1f,
+        load: None,
+        outputs: OutputArgs { user_code: args.user_code.clone(), quiet: true, ..OutputArgs::default() },
+        command: args.command.clone(),
+    };
+    let started_target = start_target(&record_args, mode).inspect_err(|_| {
+        if let Some(path) = &args.output {
+            let _ = std::fs::remove_file(path);
+        }
+    })?;
+    let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
+
+    let cwd = process::cwd(pid);
+    let argv = if spawned { Some(args.command.clone()) } else { process::cmdline(pid) };
+    let user_code = if args.user_code.is_empty() {
+        match language {
+            Language::Python => outputs::default_user_dirs(cwd.as_deref(), argv.as_deref().unwrap_or(&[])),
+            Language::Native => outputs::default_native_user_dirs(cwd.as_deref(), pid),
+        }
+    } else {
+        args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string()).collect()
+    };
+    let target_desc = match &argv {
+        Some(a) if spawned => format!("{} (pid {pid})", a.join(" ")),
+        _ => format!("pid {pid} (attached)"),
+    };
+    let mut profile = Profile::new(Meta {
+        tool_version: env!("CARGO_PKG_VERSION").to_owned(),
+        target: Target { argv: if spawned { argv } else { None }, pid, language: Some(language), cwd: cwd.clone(), runtime_version },
+        mode,
+        rate_hz: args.rate,
+        weight_unit: WeightUnit::Samples { interval_us },
+        start_unix_ms: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0),
+        duration_s: 0.0,
+        user_code,
+        exit: None,
+        stats: Default::default(),
+        native: language == Language::Native,
+    });
+    let mut writer = match file {
+        Some(f) => Some(RecordingWriter::new(BufWriter::new(f), &profile.meta).context("cannot write the recording")?),
+        None => None,
+    };
+    let user = UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), cwd.as_deref().map(Path::new));
+    let kb = KnowledgeBase::builtin();
+
+    let screen = Screen::open();
+    let started = Instant::now();
+    let window_us = args.window.as_micros() as u64;
+    let mut window: Vec<Sample> = Vec::new();
+    let mut samples_seen = 0u64;
+    let mut ended: Option<String> = None;
+    let mut write_error: Option<String> = None;
+    let mut round = 0u64;
+    // How long sampling lasted: to the target's end, not to the key that closed the view.
+    let mut sampled_us = 0u64;
+    loop {
+        let elapsed = started.elapsed();
+        if args.duration.is_some_and(|d| elapsed >= d) {
+            break;
+        }
+        if ended.is_none() {
+            let offset_us = elapsed.as_micros() as u64;
+            let schedule = Schedule {
+                rate_hz: tick_hz,
+                duration: Some(args.duration.map_or(ROUND, |d| ROUND.min(d.saturating_sub(elapsed)))),
+                flush_every: Duration::from_secs(3600),
+                seed: 0x0f1f + round,
+            };
+            round += 1;
+            let mut shifted = Shifted { inner: sampler.as_sampler(), offset_us };
+            let outcome = record::<_, Vec<u8>>(&mut shifted, &mut profile, None, &schedule, &INTERRUPTED, |_| {});
+            let new = profile.take_samples();
+            samples_seen += new.iter().map(|s| u64::from(s.weight)).sum::<u64>();
+            if let Some(w) = writer.as_mut() {
+                profile.samples = new.clone();
+                if let Err(e) = w.write_batch(&mut profile) {
+                    write_error = Some(e.to_string());
+                    writer = None;
+                }
+                profile.take_samples();
+            }
+            window.extend(new);
+            match outcome.reason {
+                StopReason::Interrupted => break,
+                StopReason::TargetExited => {
+                    ended = Some("has ended".to_owned());
+                    sampled_us = started.elapsed().as_micros() as u64;
+                }
+                StopReason::DurationReached => {}
+            }
+        } else if screen.interactive {
+            // The target is gone: keep the last screen until q.
+            std::thread::sleep(Duration::from_millis(100));
+            if INTERRUPTED.load(Ordering::Relaxed) {
+                break;
+            }
+            continue;
+        } else {
+            break;
+        }
+        // The view covers the last `window` of samples.
+        let now_us = started.elapsed().as_micros() as u64;
+        window.retain(|s| s.time_us + window_us >= now_us);
+        profile.samples = window.clone();
+        let diagnosis = diagnose(&profile, &kb, &user, &Options { mode, ..Options::default() });
+        profile.take_samples();
+        let status = TopStatus {
+            target: target_desc.clone(),
+            elapsed_s: started.elapsed().as_secs_f64(),
+            samples: samples_seen,
+            errors: profile.meta.stats.errors,
+            window_s: args.window.as_secs_f64(),
+            ended: ended.clone(),
+            columns: screen.columns,
+            rows: screen.rows,
+        };
+        profile.samples = window.clone();
+        screen.draw(|w| write_top(w, &profile, &diagnosis, &status));
+        profile.take_samples();
+    }
+
+    let target_exited = ended.is_some();
+    let elapsed_us = if target_exited { sampled_us } else { started.elapsed().as_micros() as u64 };
+    profile.meta.exit = Some(sampler.stop(&mut profile, elapsed_us, target_exited, pid));
+    profile.meta.duration_s = elapsed_us as f64 / 1e6;
+    drop(screen);
+    for warning in sampler.warnings() {
+        eprintln!("onefix: {warning}");
+    }
+    drop(sampler);
+    if let Some(e) = write_error {
+        eprintln!("onefix: the recording stopped being written ({e}); it holds what came before");
+    }
+    if let (Some(w), Some(path)) = (writer, &args.output) {
+        w.finish(&mut profile).with_context(|| format!("could not finish the recording {}", path.display()))?;
+        eprintln!("onefix: what top saw is saved in {} (render it with `onefix report {}`)", path.display(), path.display());
+    }
+    if let Some(TargetExit::Code(code)) = profile.meta.exit {
+        eprintln!("onefix: the target exited with {code}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Stamps samples with the time since top started: each round's recording loop counts from 0.
+struct Shifted<'a> {
+    inner: &'a mut dyn Sampler,
+    offset_us: u64,
+}
+
+impl Sampler for Shifted<'_> {
+    fn tick(&mut self, profile: &mut Profile, time_us: u64) -> Tick {
+        self.inner.tick(profile, time_us + self.offset_us)
+    }
+}
+
+/// The terminal while top runs: the alternate screen (the user's scrollback is left alone), keys
+/// read one at a time without echo, and all of it put back on drop, whatever ends top.
+struct Screen {
+    interactive: bool,
+    saved: Option<libc::termios>,
+    columns: usize,
+    rows: usize,
+}
+
+impl Screen {
+    fn open() -> Screen {
+        let interactive = io::stdin().is_terminal() && io::stdout().is_terminal();
+        let (mut columns, mut rows) = (100, 40);
+        let mut saved = None;
+        if interactive {
+            // SAFETY: plain ioctl/tcgetattr/tcsetattr on our own standard streams, with
+            // structures that live on this stack frame.
+            unsafe {
+                let mut size: libc::winsize = std::mem::zeroed();
+                if libc::ioctl(1, libc::TIOCGWINSZ, &mut size) == 0 && size.ws_col > 0 {
+                    columns = size.ws_col as usize;
+                    rows = size.ws_row as usize;
+                }
+                let mut term: libc::termios = std::mem::zeroed();
+                if libc::tcgetattr(0, &mut term) == 0 {
+                    saved = Some(term);
+                    // No line buffering and no echo; ISIG stays, so Ctrl-C still interrupts.
+                    term.c_lflag &= !(libc::ICANON | libc::ECHO);
+                    term.c_cc[libc::VMIN] = 1;
+                    term.c_cc[libc::VTIME] = 0;
+                    libc::tcsetattr(0, libc::TCSANOW, &term);
+                }
+            }
+            print!("\x1b[?1049h\x1b[?25l");
+            let _ = io::stdout().flush();
+            // Keys: `q` quits as Ctrl-C does. The thread ends with the process.
+            std::thread::spawn(|| {
+                let mut byte = [0u8; 1];
+                while let Ok(1) = io::stdin().read(&mut byte) {
+                    if byte[0] == b'q' || byte[0] == b'Q' {
+                        INTERRUPTED.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            });
+        }
+        Screen { interactive, saved, columns, rows }
+    }
+
+    fn draw(&self, f: impl FnOnce(&mut dyn Write) -> io::Result<()>) {
+        let mut frame: Vec<u8> = Vec::new();
+        if self.interactive {
+            frame.extend_from_slice(b"\x1b[H\x1b[2J");
+        }
+        if f(&mut frame).is_ok() {
+            // In a terminal in raw mode a bare \n does not return the carriage.
+            let text = if self.interactive { String::from_utf8_lossy(&frame).replace('\n', "\r\n") } else { String::from_utf8_lossy(&frame).into_owned() };
+            let mut out = io::stdout().lock();
+            let _ = out.write_all(text.as_bytes());
+            let _ = out.flush();
+        }
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        if self.interactive {
+            print!("\x1b[?25h\x1b[?1049l");
+            let _ = io::stdout().flush();
+        }
+        if let Some(term) = self.saved {
+            // SAFETY: restores the settings read in `open`.
+            unsafe { libc::tcsetattr(0, libc::TCSANOW, &term) };
+        }
+    }
+}
