@@ -45,6 +45,8 @@ const IN_FLIGHT_WINDOW_US: u64 = 50_000;
 /// Network waits with at least this many in flight (mean over the windows) already overlap:
 /// they are not issued one at a time.
 const OVERLAPPING_WAITS: f64 = 1.5;
+/// Threads counted per window: more than this is overlap enough.
+const MAX_THREADS_PER_WINDOW: usize = 16;
 
 struct FrameFacts {
     origin: Origin,
@@ -84,9 +86,9 @@ struct LineAcc {
     last_us: u64,
     /// Weight by (stack, active): expanded into frames once per stack, at the end.
     by_stack: HashMap<(StackId, bool), u64>,
-    /// Blocked weight by window of IN_FLIGHT_WINDOW_US, over every thread: how many waits at
-    /// this line are in flight at once.
-    blocked_windows: HashMap<u64, u64>,
+    /// Blocked weight by window of IN_FLIGHT_WINDOW_US, over every thread, and the threads
+    /// seen waiting in it (a few at most): how many waits at this line are in flight at once.
+    blocked_windows: HashMap<u64, (u64, Vec<u32>)>,
 }
 
 pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
@@ -320,7 +322,11 @@ impl Engine<'_> {
             }
             if !running {
                 acc.blocked += w;
-                *acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default() += w;
+                let (weight, threads) = acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default();
+                *weight += w;
+                if threads.len() < MAX_THREADS_PER_WINDOW && !threads.contains(&s.thread) {
+                    threads.push(s.thread);
+                }
             }
             if acc.windows.is_empty() {
                 acc.windows = vec![0; nwindows.div_ceil(64)];
@@ -753,12 +759,13 @@ impl Engine<'_> {
     /// How many blocked samples of line `l` are in flight at once: the mean and the peak over
     /// the windows where the line waits, leaving out the first and last (partly covered). The
     /// mean, not the median: a sampler's late tick moves weight between neighbouring windows,
-    /// which the mean cancels out.
+    /// which the mean cancels out. A window counts at most as many waits as threads waited in
+    /// it: one thread's late tick can put more than a window's worth of weight in one window.
     fn in_flight(&self, l: usize) -> Option<(f64, f64)> {
         let window_weight = IN_FLIGHT_WINDOW_US as f64 / 1e6 / self.profile.seconds_per_weight()?;
         let windows = &self.lines[l].blocked_windows;
         let (first, last) = (*windows.keys().min()?, *windows.keys().max()?);
-        let counts: Vec<f64> = windows.iter().filter(|(&k, _)| last - first < 3 || (k != first && k != last)).map(|(_, &w)| w as f64 / window_weight).collect();
+        let counts: Vec<f64> = windows.iter().filter(|(&k, _)| last - first < 3 || (k != first && k != last)).map(|(_, (w, threads))| (*w as f64 / window_weight).min(threads.len() as f64)).collect();
         let peak = counts.iter().copied().fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))?;
         Some((counts.iter().sum::<f64>() / counts.len() as f64, peak))
     }
@@ -997,6 +1004,24 @@ mod tests {
         assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("blocking-wait", "network-wait-concurrent", 4), "the waiting call, not the loop: {f:?}");
         assert!(f.why.starts_with("3.2 waits are in flight at once here (mean over 50 ms windows, at most 3.2)"), "{}", f.why);
         assert!(o.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", o.findings);
+    }
+
+    #[test]
+    fn late_ticks_of_one_thread_are_still_one_wait_in_flight() {
+        let (dir, app) = write_app("late-ticks", "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        fetch(u)\n");
+        let mut b = Builder::new();
+        // A loaded machine: the sampler reads every 100 ms instead of every 10, and each read
+        // weighs the 10 intervals it stands for, so every other 50 ms window gets two windows'
+        // worth of one thread's wait.
+        for tick in 0..60u64 {
+            b.add(1, tick * 100, false, &[("main", &app, 8), ("fetch", &app, 4), ("get", &format!("{SITE}/requests/api.py"), 73), ("readinto", &format!("{LIB}/socket.py"), 706)]);
+            b.p.samples.last_mut().unwrap().weight = 10;
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!((f.kind.as_str(), f.line), ("serial-io", 7), "{f:?}");
+        assert!(f.why.contains("(mean 1.0 over 50 ms windows, at most 1.0)"), "{}", f.why);
     }
 
     #[test]
