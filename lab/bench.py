@@ -21,6 +21,7 @@ CASES = {
     "token-updater": ("tokens_per_s", "tokens/s", True),
     "synapse-headers": ("mean_s", "s/call", False),
     "exchange-aggregator": ("round_s", "s/round", False),
+    "tracker": ("peak_rss_mb", "MB peak RSS", False),
 }
 
 

@@ -1,6 +1,7 @@
 //! Samplers that fill a [`onefix_model::Profile`], and the recording loop that drives them at a
 //! jittered rate and streams the profile to disk as it goes.
 
+pub mod asyncio;
 mod error;
 pub mod process;
 mod python;

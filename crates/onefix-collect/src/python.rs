@@ -7,6 +7,7 @@ use onefix_model::{Frame, FrameKind, Profile, Sample, ThreadState};
 use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
+use crate::asyncio::{monotonic_us, AsyncioTasks, ThreadSample};
 use crate::{process, CollectError, Sampler, Tick};
 
 #[derive(Clone, Debug)]
@@ -31,6 +32,10 @@ pub struct PythonSampler {
     last_scan: Instant,
     /// Interpreter version of the first process attached, e.g. "3.11.7".
     pub version: String,
+    /// Await chains from the bootstrap of a program onefix started (see [`crate::asyncio`]).
+    asyncio: Option<Box<AsyncioTasks>>,
+    /// A thread was seen waiting in an asyncio event loop's selector.
+    saw_event_loop: bool,
 }
 
 struct Spy {
@@ -76,6 +81,8 @@ impl PythonSampler {
             tried: HashMap::new(),
             last_scan: Instant::now(),
             version: String::new(),
+            asyncio: None,
+            saw_event_loop: false,
         };
         let mut last_error: Option<anyhow::Error>;
         loop {
@@ -124,6 +131,29 @@ impl PythonSampler {
         Err(CollectError::Unreadable { pid, detail })
     }
 
+    /// Charges event-loop waits to the awaits the bootstrap reports through `tasks`.
+    pub fn set_asyncio(&mut self, tasks: AsyncioTasks) {
+        self.asyncio = Some(Box::new(tasks));
+    }
+
+    /// Sentences about what the samples could and could not show of asyncio.
+    pub fn asyncio_notes(&self) -> Vec<String> {
+        match &self.asyncio {
+            Some(a) => {
+                let mut notes = a.merge.remarks.clone();
+                notes.extend(a.merge.summary());
+                if self.saw_event_loop && a.merge.stats.loop_waits == 0 && a.merge.remarks.is_empty() {
+                    notes.push("asyncio: no task snapshot arrived from the program (started with python -I, -E or -S?), so the event loop's waits are charged to no await".to_owned());
+                }
+                notes
+            }
+            None if self.saw_event_loop => vec![
+                "asyncio: the event loop's waits are charged to no await: await chains are read only from programs onefix starts (reading the tasks of a running process needs CPython's private struct layouts, not done yet)".to_owned(),
+            ],
+            None => Vec::new(),
+        }
+    }
+
     fn open(&self, pid: u32) -> anyhow::Result<PythonSpy> {
         let mut spy = PythonSpy::new(pid as py_spy::Pid, &self.config)?;
         // A spy that cannot read one stack yet is not ready (interpreter still starting).
@@ -152,18 +182,39 @@ impl PythonSampler {
     }
 }
 
-/// A Python stack whose outermost frame cannot start a thread was torn by the target moving on
-/// while it was read (see [`Frame::can_start_stack`]).
 fn thread_key(trace: &StackTrace) -> u64 {
     trace.os_thread_id.unwrap_or(trace.thread_id)
 }
 
+/// A Python stack whose outermost frame cannot start a thread was torn by the target moving on
+/// while it was read (see [`Frame::can_start_stack`]).
 fn looks_torn(trace: &StackTrace) -> bool {
     trace.frames.last().is_some_and(|outer| outer.module.is_none() && !convert_frame(outer).can_start_stack())
 }
 
-fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64) {
+/// Whether a stack is an asyncio event loop waiting in its selector.
+fn loop_waiting(trace: &StackTrace) -> bool {
+    !trace.active
+        && trace.frames.first().is_some_and(|f| f.filename.ends_with("/selectors.py"))
+        && trace.frames.iter().any(|f| crate::asyncio::named(&f.name, "run_forever") && f.filename.ends_with("/asyncio/base_events.py"))
+}
+
+fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, asyncio: Option<&mut AsyncioTasks>) {
     let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
+    if let Some(a) = asyncio {
+        let pid = trace.pid as u32;
+        // By its announced id, or by its name before the announcement is read.
+        if a.merge.is_helper(pid, tid) || trace.thread_name.as_deref() == Some(crate::asyncio::HELPER_THREAD) {
+            return;
+        }
+        if loop_waiting(trace) {
+            let frames: Vec<Frame> = trace.frames.iter().rev().map(convert_frame).collect();
+            let sample = ThreadSample { pid, tid, frames: &frames, active: trace.active };
+            if a.merge.charge(profile, &sample, monotonic_us(), time_us) {
+                return;
+            }
+        }
+    }
     let thread = profile.intern_thread(trace.pid as u32, tid, trace.thread_name.as_deref());
     let mut stack = None;
     // py-spy lists frames innermost first; the prefix tree is built from the root.
@@ -199,6 +250,9 @@ impl Sampler for PythonSampler {
         if self.opts.subprocesses && self.last_scan.elapsed() >= SCAN_EVERY {
             self.scan_descendants();
         }
+        if let Some(a) = self.asyncio.as_mut() {
+            a.channel.drain_into(&mut a.merge);
+        }
         let mut added = 0;
         let mut failed = false;
         for spy in self.spies.iter_mut().filter(|s| !s.gone) {
@@ -232,7 +286,8 @@ impl Sampler for PythonSampler {
                         } else {
                             spy.had_frames.insert(thread_key(trace));
                         }
-                        add_trace(profile, trace, time_us);
+                        self.saw_event_loop |= loop_waiting(trace);
+                        add_trace(profile, trace, time_us, self.asyncio.as_deref_mut());
                     }
                     added += traces.len();
                 }

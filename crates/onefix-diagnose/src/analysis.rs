@@ -161,16 +161,32 @@ impl Engine<'_> {
             None => Vec::new(),
         };
         let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
-        let mut idle = innermost_python.and_then(|f| self.frame(f).idle);
+        // The parking entry, and where in the stack (leaf first) the frame that matched it is.
+        let mut idle = innermost_python.and_then(|f| {
+            let at = leaf_first.iter().position(|&x| x == f)?;
+            self.frame(f).idle.map(|e| (e, at))
+        });
         // Native stacks: a user line that calls a wait for other threads (a join, a wait group,
         // a channel receive) is parked; the entry is matched on the function the line calls.
         if idle.is_none() && innermost_python.is_none() {
-            idle = beneath.last().and_then(|&called| self.frame(called).idle);
+            idle = beneath.last().and_then(|&called| {
+                let at = leaf_first.iter().position(|&x| x == called)?;
+                self.frame(called).idle.map(|e| (e, at))
+            });
         }
         if idle.is_none() && frontier.is_none() {
-            let candidates: Vec<u16> = leaf_first.iter().filter_map(|&f| self.frame(f).idle).collect();
-            idle = candidates.into_iter().find(|&e| self.kb.entries[e as usize].spec.anywhere);
+            let candidates: Vec<(u16, usize)> =
+                leaf_first.iter().enumerate().filter_map(|(at, &f)| self.frame(f).idle.map(|e| (e, at))).collect();
+            idle = candidates.into_iter().find(|&(e, _)| self.kb.entries[e as usize].spec.anywhere);
         }
+        // A parking primitive called by a known cost (an HTTP client waiting for its reply
+        // through an asyncio.Event) is waiting for that cost, not parked for want of work. A
+        // cost under the parking frame (a kept-alive server connection reading its next
+        // request) does not count: the thread is parked in it.
+        let idle = match idle {
+            Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
+            _ => None,
+        };
         let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
         let waiting_call = match leaf_first.first() {
             Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {

@@ -113,6 +113,26 @@ impl KnowledgeBase {
         KnowledgeBase::load(BUILTIN.iter().copied()).expect("the built-in knowledge base is valid (tested)")
     }
 
+    /// Whether a waiting thread or task whose innermost frame is `frame` is parked for want of
+    /// work (an empty queue, an event, other tasks): an idle entry that is no event-loop wait.
+    pub fn parks(&self, frame: &onefix_model::Frame) -> bool {
+        self.entries.iter().any(|e| e.spec.role == Role::Idle && !e.spec.busy_time && self.entry_matches(e, frame))
+    }
+
+    /// Whether a suspended task, by its await chain (outermost first), is parked: its innermost
+    /// frame parks and no frame of the chain is a known cost (a network client waiting for a
+    /// reply through an `asyncio.Event` is waiting for the reply, not parked).
+    pub fn parks_chain(&self, chain: &[onefix_model::Frame]) -> bool {
+        chain.last().is_some_and(|f| self.parks(f))
+            && !chain.iter().any(|f| self.entries.iter().any(|e| e.spec.role == Role::Cost && self.entry_matches(e, f)))
+    }
+
+    fn entry_matches(&self, e: &Entry, frame: &onefix_model::Frame) -> bool {
+        let qualified = crate::names::qualified_name(frame);
+        e.matches_frame(frame.kind, &qualified)
+            || crate::names::unqualified_name(frame).is_some_and(|u| e.matches_frame(frame.kind, &u))
+    }
+
     /// Loads entries from (file name, TOML text) pairs.
     pub fn load<'a>(files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<KnowledgeBase, KbError> {
         #[derive(Deserialize)]
@@ -190,6 +210,23 @@ mod tests {
                 assert!(hit, "entry {} does not match its example {example}", entry.spec.id);
             }
         }
+    }
+
+    #[test]
+    fn parks_says_which_waits_are_for_want_of_work() {
+        let kb = KnowledgeBase::builtin();
+        let lib = "/usr/lib/python3.11/asyncio";
+        let at = |f: &str, file: &str| onefix_model::Frame::python(f, format!("{lib}/{file}"), 1);
+        assert!(kb.parks(&at("get", "queues.py")), "a worker on an empty queue");
+        assert!(kb.parks(&at("acquire", "locks.py")), "a task queued on a semaphore");
+        assert!(!kb.parks(&at("_wait_for_data", "streams.py")), "a reply being waited for is a cost");
+        assert!(!kb.parks(&at("sleep", "tasks.py")));
+        let select = onefix_model::Frame::python("select", "/usr/lib/python3.11/selectors.py", 1);
+        assert!(!kb.parks(&select), "an event-loop wait counts in the busy time");
+        let user = onefix_model::Frame::python("main", "/app/main.py", 9);
+        assert!(kb.parks_chain(&[user.clone(), at("Event.wait", "locks.py")]), "waiting for a stop event");
+        let client = onefix_model::Frame::python("AsyncHTTP11Connection._receive_event", "/venv/lib/python3.11/site-packages/httpcore/_async/http11.py", 200);
+        assert!(!kb.parks_chain(&[user, client, at("Event.wait", "locks.py")]), "a client waiting for a reply through an event");
     }
 
     #[test]

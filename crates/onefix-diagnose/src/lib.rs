@@ -7,6 +7,7 @@
 
 mod analysis;
 mod finding;
+pub mod memory;
 pub mod kb;
 pub mod names;
 pub mod origin;
@@ -14,4 +15,5 @@ pub mod origin;
 pub use analysis::{diagnose, Options};
 pub use finding::{Diagnosis, Evidence, Finding, HotLine};
 pub use kb::KnowledgeBase;
+pub use memory::{diagnose_memory, MemoryOptions};
 pub use origin::{Origin, UserCode};

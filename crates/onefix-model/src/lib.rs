@@ -4,6 +4,7 @@
 //!
 //! Nothing here does I/O except through the `Read`/`Write` handed to [`recording`].
 
+pub mod memory;
 mod profile;
 pub mod recording;
 mod tree;
@@ -12,4 +13,5 @@ pub use profile::{
     Frame, FrameId, FrameKind, Language, Meta, Mode, Profile, MERGE_SPAN_US, Sample, SamplingStats, StackId,
     Target, TargetExit, ThreadId, ThreadInfo, ThreadState, WeightUnit,
 };
+pub use memory::{MemoryInfo, MemoryView, RssPoint};
 pub use tree::{CallTree, CallTreeNode, NodeId};

@@ -90,6 +90,9 @@ impl ThreadState {
     pub const ACTIVE: u8 = 1;
     /// Holding the interpreter's global lock (Python).
     pub const GIL: u8 = 2;
+    /// Memory profiles: the sample is the free of a sampled allocation (same stack, same
+    /// weight), not an allocation; retained bytes are allocations minus frees.
+    pub const FREED: u8 = 4;
 
     pub fn new(active: bool, gil: bool) -> ThreadState {
         ThreadState((active as u8 * Self::ACTIVE) | (gil as u8 * Self::GIL))
@@ -99,6 +102,9 @@ impl ThreadState {
     }
     pub fn gil(self) -> bool {
         self.0 & Self::GIL != 0
+    }
+    pub fn freed(self) -> bool {
+        self.0 & Self::FREED != 0
     }
     pub fn name(self) -> &'static str {
         match (self.active(), self.gil()) {

@@ -33,10 +33,12 @@ mod record;
 mod sampler;
 mod space;
 mod spawn;
+mod symbolize;
 mod symbols;
 
 pub use error::{paranoid_level, NativeError};
 pub use sampler::{NativeOptions, NativeSampler, NativeStats};
+pub use symbolize::Symbolizer;
 pub use symbols::demangle;
 
 use std::io::Read;

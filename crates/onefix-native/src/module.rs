@@ -332,6 +332,23 @@ impl ModuleCache {
         m
     }
 
+    /// The module at `path` (inode `ino`) opened by its path, not through a process's root: for
+    /// a process that may have exited (its /proc entry gone) before the module is read.
+    pub fn get_by_path(&mut self, path: &str, ino: u64) -> Arc<ModuleFile> {
+        if path == "[vdso]" {
+            return self.get(std::process::id(), path, ino);
+        }
+        let key = (path.to_owned(), ino);
+        if let Some(m) = self.by_key.get(&key) {
+            return m.clone();
+        }
+        let id = self.bump();
+        let m = path.starts_with('/').then(|| ModuleFile::load(id, path, Path::new(path))).flatten();
+        let m = Arc::new(m.unwrap_or_else(|| ModuleFile::unreadable(id, path)));
+        self.by_key.insert(key, m.clone());
+        m
+    }
+
     /// The module `name`, read from `open` (fixtures: a committed copy of the file).
     pub fn get_at(&mut self, name: &str, open: &Path) -> Arc<ModuleFile> {
         let id = self.bump();

@@ -79,6 +79,13 @@ impl AddressSpace {
     pub fn load_proc_maps(&mut self, pid: u32, modules: &mut ModuleCache) {
         self.maps_read = Some(Instant::now());
         let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return };
+        self.load_maps_text(Some(pid), &maps, modules);
+    }
+
+    /// Reads the executable mappings from the text of a /proc/PID/maps file. With `root_pid`,
+    /// module files are opened through that live process's root (its mount namespace); without,
+    /// by their paths (a process that sent its own maps and may be gone when they are read).
+    pub fn load_maps_text(&mut self, root_pid: Option<u32>, maps: &str, modules: &mut ModuleCache) {
         for line in maps.lines() {
             let mut parts = line.split_whitespace();
             let (Some(range), Some(perms), Some(offset), Some(_dev), Some(inode)) = (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) else {
@@ -92,7 +99,10 @@ impl AddressSpace {
             let (Ok(a), Ok(b), Ok(off), Ok(ino)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(offset, 16), inode.parse::<u64>()) else {
                 continue;
             };
-            let module = modules.get(pid, &path, ino);
+            let module = match root_pid {
+                Some(pid) => modules.get(pid, &path, ino),
+                None => modules.get_by_path(&path, ino),
+            };
             self.map(a, b, off, module);
         }
     }

@@ -104,11 +104,37 @@ pub struct RecordArgs {
     /// 100}} --rate 200 --duration 20s". onefix waits until the server's port answers first.
     #[arg(long, value_name = "LOAD", value_parser = parse_load_spec)]
     pub load: Option<LoadSpec>,
+    /// Track allocations instead of time: an agent preloaded into the program samples about one
+    /// allocation per --memory-rate bytes; findings name the lines that retain memory or churn
+    /// it. Python programs run with PYTHONMALLOC=malloc (about +30% CPU) so objects are seen.
+    #[arg(long)]
+    pub memory: bool,
+    /// Mean bytes allocated between two allocation samples (e.g. 512k, 64k, 1m).
+    #[arg(long, value_name = "BYTES", default_value = "512k", value_parser = parse_bytes)]
+    pub memory_rate: u64,
+    #[command(flatten)]
+    pub memory_view: MemoryViewArgs,
     #[command(flatten)]
     pub outputs: OutputArgs,
     /// The program to start and profile.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+/// Which bytes the flame graph, speedscope and folded outputs of a memory recording weigh.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct MemoryViewArgs {
+    /// For memory recordings: `retained` (live at the heap's peak) or `allocated` (every byte).
+    #[arg(long, value_enum, default_value_t = MemoryViewArg::Retained)]
+    pub memory_view: MemoryViewArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum MemoryViewArg {
+    /// Bytes live at the peak of the sampled heap, by the stack that allocated them.
+    Retained,
+    /// Every byte allocated during the recording.
+    Allocated,
 }
 
 #[derive(Args, Debug)]
@@ -146,6 +172,8 @@ pub struct ReportArgs {
     /// Weigh samples as wall time or CPU time; default: the mode it was recorded in.
     #[arg(long, value_enum)]
     pub mode: Option<ModeArg>,
+    #[command(flatten)]
+    pub memory_view: MemoryViewArgs,
     #[command(flatten)]
     pub outputs: OutputArgs,
 }
@@ -264,6 +292,9 @@ pub struct CompareArgs {
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
+    /// For two recordings: one HTML page with both side by side and their differential flame graph.
+    #[arg(long, value_name = "PATH")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -322,6 +353,24 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// `524288`, `512k`, `4m`, `1g` (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.trim_end_matches('b').trim_end_matches('i');
+    let (num, mult) = match t.chars().last() {
+        Some('k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m') => (&t[..t.len() - 1], 1 << 20),
+        Some('g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let value: f64 = num.trim().parse().map_err(|_| format!("`{s}` is not a number of bytes (try 512k, 64k or 1m)"))?;
+    let bytes = value * mult as f64;
+    if !(bytes.is_finite() && (1.0..=(1u64 << 40) as f64).contains(&bytes)) {
+        return Err(format!("the memory rate must be between 1 byte and 1 TiB, not {s}"));
+    }
+    Ok(bytes as u64)
+}
+
 fn parse_rate(s: &str) -> Result<f64, String> {
     let rate: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a rate in samples per second"))?;
     if !(rate.is_finite() && (1.0..=10_000.0).contains(&rate)) {
@@ -360,5 +409,10 @@ mod tests {
         assert!(err.starts_with("in the load: ") && !err.contains('\n'), "{err}");
         assert!(parse_load_spec("'http://127.0.0.1:9/").is_err());
         assert_eq!(parse_rate("1000"), Ok(1000.0));
+        assert_eq!(parse_bytes("512k"), Ok(512 * 1024));
+        assert_eq!(parse_bytes("1MiB"), Ok(1 << 20));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("lots").is_err());
     }
 }

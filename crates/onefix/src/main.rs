@@ -8,6 +8,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of stdout goes away (`onefix ... | head`)
+    // instead of panicking on the failed print. Output is written after the target is stopped
+    // and the recording saved, so nothing is lost.
+    // SAFETY: setting a signal's disposition to its default before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Record(args) => cmd::record::run(args),

@@ -98,9 +98,13 @@ fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_com
         .arg(dir.join("fixed.onefix"))
         .arg("--json")
         .arg(&cmp)
+        .arg("--html")
+        .arg(dir.join("compare.html"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let page = std::fs::read_to_string(dir.join("compare.html")).unwrap();
+    assert!(page.contains("slow.onefix") && page.contains("fixed.onefix"), "the page shows both runs");
     let c: Value = serde_json::from_slice(&std::fs::read(&cmp).unwrap()).unwrap();
     assert!(c["load"]["latency"]["mean_a"].is_number(), "both loads travel with their recordings: {c:#}");
     assert_eq!(c["unit"], "ms of the line per request");
@@ -196,5 +200,51 @@ fn servers_with_a_planted_mistake_have_it_named_under_load() {
     }
     assert!(tried >= 3, "expected the planted servers in {}", servers.display());
     assert!(wrong.is_empty(), "{wrong:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The tracker story end to end: each tracker is started with the allocation agent, loaded
+/// with announces by onefix's own load, and the slow one's storing line is named; comparing
+/// the two recordings shows the memory (and the load) side by side.
+#[test]
+fn the_tracker_under_load_names_the_retaining_line_and_compare_shows_the_memory_difference() {
+    let dir = scratch("tracker");
+    let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/tracker").canonicalize().unwrap();
+    for variant in ["slow", "fixed"] {
+        let port = free_port();
+        let load = format!(
+            "http://127.0.0.1:{port}/announce?info_hash={{{{pick 100 bytes 20 urlencode}}}}&peer_id=-OF0001-{{{{seq}}}}\
+             &port={{{{int 1024 65535}}}}&uploaded=0&downloaded=0&left={{{{int 0 1000000}}}}&compact=1&numwant=50&event=started \
+             --rate max -c 4 -n 15000 -d 60s"
+        );
+        let out = onefix()
+            .current_dir(&dir)
+            .args(["record", "--memory", "--quiet", "-o"])
+            .arg(dir.join(format!("{variant}.onefix")))
+            .arg("--json")
+            .arg(dir.join(format!("{variant}.json")))
+            .args(["--load", &load, "--", "python3"])
+            .arg(lab.join(format!("tracker_{variant}.py")))
+            .args(["--port-file"])
+            .arg(dir.join("port"))
+            .args(["--port", &port.to_string()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{variant}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let slow: Value = serde_json::from_slice(&std::fs::read(dir.join("slow.json")).unwrap()).unwrap();
+    let top = &slow["findings"][0];
+    assert_eq!(top["kind"], "memory-retention", "{slow:#}");
+    assert_eq!(top["line"], line_of(&lab.join("tracker_slow.py"), "torrent[peer_id] = Peer("), "{slow:#}");
+
+    let cmp = dir.join("compare.json");
+    let out = onefix().arg("compare").arg(dir.join("slow.onefix")).arg(dir.join("fixed.onefix")).arg("--json").arg(&cmp).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: Value = serde_json::from_slice(&std::fs::read(&cmp).unwrap()).unwrap();
+    let retained: Vec<u64> = c["retained_bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(retained[0] > 2 * retained[1], "the slow tracker keeps far more: {c:#}");
+    let peak: Vec<u64> = c["peak_rss_bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    assert!(peak[0] > peak[1], "{c:#}");
+    assert!(c["load"]["latency"]["mean_a"].is_number(), "the loads are compared too: {c:#}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -175,7 +175,8 @@ fn the_schema_check_rejects_what_speedscope_would_reject() {
     let (profile, _) = updater_profile_with_stacks();
     let good = speedscope(&profile, Mode::Wall);
     assert!(schema_errors(&good).is_empty());
-    let breakages: [(&str, fn(&mut Value)); 4] = [
+    type Breakage = (&'static str, fn(&mut Value));
+    let breakages: [Breakage; 4] = [
         ("no weights", |f| {
             f["profiles"][0].as_object_mut().unwrap().remove("weights");
         }),

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use onefix_load::compare::{self, Comparison, Metric};
 use onefix_load::LoadResult;
 use onefix_model::recording::read_recording;
-use onefix_model::Profile;
+use onefix_model::{Profile, WeightUnit};
 use serde::Serialize;
 
 use crate::cli::{CompareArgs, OutputArgs};
@@ -85,19 +85,53 @@ struct LineChange {
 pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let (a, b) = (read_input(&args.a)?, read_input(&args.b)?);
     let (name_a, name_b) = (file_name(&args.a), file_name(&args.b));
+    let mut html_done = false;
     match (a, b) {
         (Input::Load(a), Input::Load(b)) => {
             let c = compare::compare(&a, &b);
             print!("{}", compare::render(&c, &a, &b, &name_a, &name_b));
             write_json(args.json.as_deref(), &c)?;
         }
-        (Input::Recording(a), Input::Recording(b)) => {
-            let c = compare_recordings(&a, &b, &name_a, &name_b)?;
-            write_json(args.json.as_deref(), &c)?;
-        }
+        (Input::Recording(a), Input::Recording(b)) => match (a.meta.weight_unit, b.meta.weight_unit) {
+            (WeightUnit::Bytes, WeightUnit::Bytes) => {
+                let c = compare_memory(&a, &b, &name_a, &name_b);
+                write_json(args.json.as_deref(), &c)?;
+            }
+            (WeightUnit::Bytes, _) | (_, WeightUnit::Bytes) => {
+                bail!("one recording tracks memory and the other time: compare two of the same kind")
+            }
+            _ => {
+                let c = compare_recordings(&a, &b, &name_a, &name_b)?;
+                write_json(args.json.as_deref(), &c)?;
+                if let Some(path) = &args.html {
+                    write_html_pair(path, (&a, &name_a), (&b, &name_b))?;
+                    html_done = true;
+                }
+            }
+        },
         _ => bail!("compare takes two recordings or two load results, not one of each"),
     }
+    if args.html.is_some() && !html_done {
+        eprintln!("onefix: --html shows two time recordings side by side; it was not written for these inputs");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The two recordings on one page, side by side, with their differential flame graph.
+fn write_html_pair(path: &Path, (a, name_a): (&Profile, &str), (b, name_b): (&Profile, &str)) -> Result<()> {
+    use onefix_report::{write_html, FileSystemSources, HtmlRun};
+    let (da, db) = (
+        outputs::run_diagnosis(a, a.meta.mode, &OutputArgs::default()),
+        outputs::run_diagnosis(b, b.meta.mode, &OutputArgs::default()),
+    );
+    let runs = [
+        HtmlRun { label: name_a.to_owned(), profile: a, diagnosis: &da, mode: a.meta.mode, complete: true },
+        HtmlRun { label: name_b.to_owned(), profile: b, diagnosis: &db, mode: b.meta.mode, complete: true },
+    ];
+    let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
+    let mut w = std::io::BufWriter::new(file);
+    write_html(&mut w, &runs, &FileSystemSources { cwd: a.meta.target.cwd.clone() })?;
+    w.flush().with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn write_json<T: Serialize>(path: Option<&Path>, value: &T) -> Result<()> {
@@ -281,4 +315,98 @@ fn fmt_ms(ms: f64) -> String {
     } else {
         format!("{ms:.3}")
     }
+}
+
+#[derive(Serialize)]
+struct MemoryComparison {
+    load: Option<Comparison>,
+    peak_rss_bytes: [Option<u64>; 2],
+    /// Sampled bytes live at the heap's peak, in all.
+    retained_bytes: [u64; 2],
+    lines: Vec<RetainedLine>,
+}
+
+/// One line's bytes live at the heap's peak in A and B (the estimate from sampled allocations:
+/// one snapshot per run, so no test of significance).
+#[derive(Serialize)]
+struct RetainedLine {
+    line: String,
+    at_a: Option<String>,
+    at_b: Option<String>,
+    retained_bytes: [u64; 2],
+}
+
+/// Two memory recordings: peak RSS, the heap retained at its peak, and by line.
+fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> MemoryComparison {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let load = match (load_of(a), load_of(b)) {
+        (Some(la), Some(lb)) => {
+            let c = compare::compare(&la, &lb);
+            out.push_str("the loads:\n");
+            out.push_str(&compare::render(&c, &la, &lb, name_a, name_b));
+            out.push('\n');
+            Some(c)
+        }
+        _ => None,
+    };
+    let opts = onefix_diagnose::MemoryOptions { max_hot_lines: usize::MAX, ..Default::default() };
+    let diagnose = |p: &Profile| onefix_diagnose::diagnose_memory(p, &outputs::user_code(p, &OutputArgs::default()), &opts);
+    let (da, db) = (diagnose(a), diagnose(b));
+    let peak = |p: &Profile| crate::cmd::memory::info_of(p).and_then(|i| i.peak_rss_bytes);
+    let peak_rss_bytes = [peak(a), peak(b)];
+    let retained_bytes = [da.busy_weight, db.busy_weight];
+    let mut lines: Vec<RetainedLine> = Vec::new();
+    for (side, d) in [&da, &db].into_iter().enumerate() {
+        for h in &d.hot_lines {
+            let key = line_key(&h.function, h.code.as_deref(), h.line);
+            let i = match lines.iter().position(|l| l.line == key) {
+                Some(i) => i,
+                None => {
+                    lines.push(RetainedLine { line: key, at_a: None, at_b: None, retained_bytes: [0, 0] });
+                    lines.len() - 1
+                }
+            };
+            let l = &mut lines[i];
+            l.retained_bytes[side] += h.weight;
+            let place = Some(at(&h.file, h.line));
+            if side == 0 { l.at_a = l.at_a.take().or(place) } else { l.at_b = l.at_b.take().or(place) }
+        }
+    }
+    let floor = (MIN_LINE_SHARE * retained_bytes[0].max(retained_bytes[1]) as f64) as u64;
+    lines.retain(|l| l.retained_bytes[0].max(l.retained_bytes[1]) >= floor.max(1));
+    lines.sort_by_key(|l| std::cmp::Reverse(l.retained_bytes[0].max(l.retained_bytes[1])));
+    lines.truncate(2 * LINES_COMPARED);
+
+    let mb = |b: Option<u64>| b.map_or("-".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6));
+    let ratio = |x: Option<u64>, y: Option<u64>| match (x, y) {
+        (Some(x), Some(y)) if y > 0 => format!("{:.1}x less in B", x as f64 / y as f64),
+        _ => String::new(),
+    };
+    let _ = writeln!(out, "memory:            A: {name_a:<24} B: {name_b}");
+    let _ = writeln!(out, "  peak RSS        {:<27} {:<14} {}", mb(peak_rss_bytes[0]), mb(peak_rss_bytes[1]), ratio(peak_rss_bytes[0], peak_rss_bytes[1]));
+    let _ = writeln!(
+        out,
+        "  heap at peak    {:<27} {:<14} {}",
+        mb(Some(retained_bytes[0])),
+        mb(Some(retained_bytes[1])),
+        ratio(Some(retained_bytes[0]), Some(retained_bytes[1]))
+    );
+    let _ = writeln!(out, "\nthe lines (MB live at the heap's peak, estimated from sampled allocations; one snapshot per run):");
+    for l in &lines {
+        let place = match (&l.at_a, &l.at_b) {
+            (Some(x), Some(y)) if x != y => format!("{x} → {y}"),
+            (Some(x), _) | (None, Some(x)) => x.clone(),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>9} {:>9}  {place}  {}",
+            format!("{:.1}", l.retained_bytes[0] as f64 / 1e6),
+            format!("{:.1}", l.retained_bytes[1] as f64 / 1e6),
+            l.line
+        );
+    }
+    print!("{out}");
+    MemoryComparison { load, peak_rss_bytes, retained_bytes, lines }
 }

@@ -1,5 +1,6 @@
 pub mod compare;
 pub mod load;
+pub mod memory;
 pub mod outputs;
 pub mod progress;
 pub mod record;

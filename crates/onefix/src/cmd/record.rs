@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
+use onefix_collect::asyncio::{AsyncioChannel, AsyncioTasks, TaskMerge};
 use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Sampler, Schedule, StopReason};
 use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
@@ -41,6 +42,9 @@ pub(crate) fn catch_interrupts() {
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if args.pid.is_none() && args.command.is_empty() {
         bail!("nothing to record: give a command after `--` (onefix record -- python3 app.py) or a process with --pid");
+    }
+    if args.memory {
+        return crate::cmd::memory::run(args);
     }
     let mode: Mode = args.mode.into();
     // Everything wrong with a load is said before a server is started for it.
@@ -151,6 +155,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             "onefix: {exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
         );
     }
+    let asyncio_notes = sampler.asyncio_notes(mode);
     drop(sampler);
 
     let load_result = match load_result {
@@ -198,7 +203,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         let _ = std::fs::remove_file(&output);
         bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
     }
-    let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    diagnosis.notes.extend(asyncio_notes);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
     if let (Some(result), Some(spec)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was profiled:");
@@ -332,6 +338,15 @@ impl TargetSampler {
         }
     }
 
+    /// What the recording could and could not show of asyncio tasks (wall mode only: CPU mode
+    /// does not count waits).
+    fn asyncio_notes(&self, mode: Mode) -> Vec<String> {
+        match self {
+            TargetSampler::Python { sampler, .. } if mode == Mode::Wall => sampler.asyncio_notes(),
+            _ => Vec::new(),
+        }
+    }
+
     pub(crate) fn warnings(&self) -> Vec<String> {
         match self {
             TargetSampler::Python { .. } => Vec::new(),
@@ -373,11 +388,23 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
         });
     }
 
+    // In wall mode, a program we start gets the asyncio bootstrap (see onefix_collect::asyncio).
+    let asyncio_channel = match (args.pid, mode) {
+        (None, Mode::Wall) => AsyncioChannel::create(args.rate)
+            .map_err(|e| eprintln!("onefix: asyncio await chains are off: cannot make their channel ({e})"))
+            .ok(),
+        _ => None,
+    };
     let mut child: Option<Child> = None;
     let pid = match args.pid {
         Some(pid) => pid,
         None => {
-            let c = Command::new(&args.command[0]).args(&args.command[1..]).spawn().map_err(|e| match e.kind() {
+            let mut command = Command::new(&args.command[0]);
+            command.args(&args.command[1..]);
+            if let Some(channel) = &asyncio_channel {
+                command.envs(channel.env());
+            }
+            let c = command.spawn().map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
                 std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
                 _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
@@ -389,7 +416,12 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
     };
     let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
     let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
-    let sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
+    if let Some(channel) = asyncio_channel {
+        let kb = onefix_diagnose::KnowledgeBase::builtin();
+        let merge = TaskMerge::new(channel.snapshot_hz(), Box::new(move |chain| kb.parks_chain(chain)));
+        sampler.set_asyncio(AsyncioTasks { channel, merge });
+    }
     let runtime_version = Some(sampler.version.clone());
     Ok(StartedTarget {
         spawned: child.is_some(),
@@ -404,7 +436,7 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
 
 /// When requests take much longer than the server works on each, the time is not in the
 /// server's code, and its profile cannot show where it goes: say so, with the figures.
-fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
+pub(crate) fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
     let secs_per_weight = d.seconds_per_weight?;
     if load.completed == 0 {
         return None;
@@ -421,20 +453,20 @@ fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::L
 }
 
 /// How long a started server may take before its port answers, under `--load`.
-const SERVER_START_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const SERVER_START_LIMIT: Duration = Duration::from_secs(30);
 /// The name of the load's JSON result among a recording's attachments.
 pub const LOAD_ATTACHMENT: &str = "load";
 
 /// The load of `record --load`, running on its own thread while the server is sampled.
-struct DrivenLoad {
+pub(crate) struct DrivenLoad {
     /// Raised when the load has ended, by itself or because it was stopped.
-    finished: Arc<AtomicBool>,
+    pub(crate) finished: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     thread: std::thread::JoinHandle<Result<onefix_load::LoadResult, onefix_load::LoadError>>,
 }
 
 impl DrivenLoad {
-    fn start(cfg: onefix_load::LoadConfig) -> DrivenLoad {
+    pub(crate) fn start(cfg: onefix_load::LoadConfig) -> DrivenLoad {
         let stop = LOAD_STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
         let finished = Arc::new(AtomicBool::new(false));
         let (stop2, finished2) = (stop.clone(), finished.clone());
@@ -447,7 +479,7 @@ impl DrivenLoad {
     }
 
     /// Stops the load if sampling ended first (the server exited, Ctrl-C), and gives its result.
-    fn finish(self) -> Result<onefix_load::LoadResult, String> {
+    pub(crate) fn finish(self) -> Result<onefix_load::LoadResult, String> {
         self.stop.store(true, Ordering::Relaxed);
         match self.thread.join() {
             Ok(r) => r.map_err(|e| e.to_string()),
@@ -459,7 +491,7 @@ impl DrivenLoad {
 /// Native samples are taken by the kernel; the loop only drains its buffers this often.
 const NATIVE_DRAIN_HZ: f64 = 100.0;
 
-fn default_output(args: &RecordArgs) -> PathBuf {
+pub(crate) fn default_output(args: &RecordArgs) -> PathBuf {
     let name = match args.pid {
         Some(pid) => format!("pid{pid}"),
         None => args
@@ -495,10 +527,15 @@ fn stop_child(child: &mut Child) {
 }
 
 /// SIGINT, up to three seconds for `ended` to turn true, then SIGKILL.
-fn interrupt_then_kill(pid: u32, mut ended: impl FnMut() -> bool) {
+pub(crate) fn interrupt_then_kill(pid: u32, ended: impl FnMut() -> bool) {
+    interrupt_then_kill_after(pid, Duration::from_secs(3), ended)
+}
+
+/// SIGINT, up to `grace` for `ended` to turn true, then SIGKILL.
+pub(crate) fn interrupt_then_kill_after(pid: u32, grace: Duration, mut ended: impl FnMut() -> bool) {
     // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
-    let deadline = Instant::now() + Duration::from_secs(3);
+    let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
         if ended() {
             return;

@@ -20,6 +20,11 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         );
     }
     let profile = loaded.profile;
+    if profile.meta.weight_unit == onefix_model::WeightUnit::Bytes {
+        let info = crate::cmd::memory::read_info(path);
+        crate::cmd::memory::report(&profile, info.as_ref(), args.memory_view.memory_view, &args.outputs, loaded.complete)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, &args.outputs, loaded.complete)?;

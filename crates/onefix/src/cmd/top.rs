@@ -45,6 +45,9 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         output: None,
         seed: 0x0f1f,
         load: None,
+        memory: false,
+        memory_rate: 512 << 10,
+        memory_view: crate::cli::MemoryViewArgs { memory_view: crate::cli::MemoryViewArg::Retained },
         outputs: OutputArgs { user_code: args.user_code.clone(), quiet: true, ..OutputArgs::default() },
         command: args.command.clone(),
     };

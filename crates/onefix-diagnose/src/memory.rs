@@ -1,0 +1,432 @@
+//! The memory diagnosis: charge every sampled allocation to the user's line at its frontier
+//! (as the time diagnosis does), then name the lines whose retained bytes keep rising with
+//! the work (memory-retention) and the lines that allocate much and keep nothing
+//! (allocation-churn). When the allocating line assigns a name that a later line of the same
+//! function stores into a longer-lived structure, the finding is that storing line: it is what
+//! keeps the objects alive.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use onefix_model::{FrameId, Profile, StackId};
+use regex::Regex;
+use serde::Deserialize;
+
+use crate::names::{qualified_name, SourceCache};
+use crate::origin::{Origin, UserCode};
+use crate::{Diagnosis, Evidence, Finding, HotLine};
+
+#[derive(Clone, Debug)]
+pub struct MemoryOptions {
+    /// Time windows over which growth is judged.
+    pub windows: usize,
+    /// A line retaining less than this share of the sampled heap at its peak is no finding.
+    pub min_retained_share: f64,
+    /// A retention finding grew in at least this fraction of the windows.
+    pub min_growth: f64,
+    /// A churn finding allocates at least this share of all bytes allocated...
+    pub min_churn_share: f64,
+    /// ...and keeps at most this fraction of what it allocated.
+    pub max_churn_kept: f64,
+    pub max_findings: usize,
+    pub max_hot_lines: usize,
+}
+
+impl Default for MemoryOptions {
+    fn default() -> Self {
+        MemoryOptions { windows: 10, min_retained_share: 0.10, min_growth: 0.4, min_churn_share: 0.20, max_churn_kept: 0.05, max_findings: 5, max_hot_lines: 12 }
+    }
+}
+
+#[derive(Deserialize)]
+struct Texts {
+    retention: RetentionText,
+    churn: ChurnText,
+}
+
+#[derive(Deserialize)]
+struct RetentionText {
+    kind: String,
+    title: String,
+    why_stored: String,
+    why_allocated: String,
+    advice: String,
+}
+
+#[derive(Deserialize)]
+struct ChurnText {
+    kind: String,
+    title: String,
+    why: String,
+    advice: String,
+}
+
+fn texts() -> Texts {
+    toml::from_str(include_str!("../kb/memory/findings.toml")).expect("the memory knowledge base is valid (tested)")
+}
+
+fn fill(template: &str, values: &[(&str, String)]) -> String {
+    let mut s = template.to_owned();
+    for (k, v) in values {
+        s = s.replace(&format!("{{{k}}}"), v);
+    }
+    s
+}
+
+#[derive(Default)]
+struct LineAcc {
+    frame: FrameId,
+    allocated: u64,
+    /// Net bytes (allocations minus frees) per time window, up to the heap's peak.
+    delta: Vec<i64>,
+    retained: i64,
+    /// Retained bytes under each frame beneath the line, by qualified name.
+    beneath: HashMap<String, (i64, String, u32)>,
+}
+
+/// Diagnoses a memory profile (weights in bytes, frees flagged; see onefix_model::memory).
+pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions) -> Diagnosis {
+    let peak = profile.peak_live_time_us();
+    let windows = opts.windows.max(2);
+    let window_us = (peak / windows as u64).max(1);
+    let mut frontier: HashMap<Option<StackId>, Option<(FrameId, Vec<FrameId>)>> = HashMap::new();
+    let mut lines: HashMap<FrameId, LineAcc> = HashMap::new();
+    let (mut total_allocated, mut total_retained, mut outside) = (0u64, 0i64, 0i64);
+    for s in &profile.samples {
+        let f = frontier.entry(s.stack).or_insert_with(|| frontier_of(profile, user, s.stack)).clone();
+        let w = s.weight as i64;
+        let signed = if s.state.freed() { -w } else { w };
+        if !s.state.freed() {
+            total_allocated += s.weight as u64;
+        }
+        let at_peak = s.time_us <= peak;
+        if at_peak {
+            total_retained += signed;
+        }
+        let Some((frame, beneath)) = f else {
+            if at_peak {
+                outside += signed;
+            }
+            continue;
+        };
+        let acc = lines.entry(frame).or_insert_with(|| LineAcc { frame, delta: vec![0; windows], ..LineAcc::default() });
+        if !s.state.freed() {
+            acc.allocated += s.weight as u64;
+        }
+        if at_peak {
+            acc.retained += signed;
+            let k = ((s.time_us / window_us) as usize).min(windows - 1);
+            acc.delta[k] += signed;
+            // The library frame right beneath the line says what allocates ("parse_qs").
+            if let Some(&below) = beneath.last() {
+                let fr = profile.frame(below);
+                let e = acc.beneath.entry(qualified_name(fr)).or_insert((0, fr.file.clone(), fr.line));
+                e.0 += signed;
+            }
+        }
+    }
+    let total_retained = total_retained.max(0) as u64;
+    let texts = texts();
+    let mut sources = SourceCache::default();
+    let mut ranked: Vec<&LineAcc> = lines.values().collect();
+    ranked.sort_by(|a, b| b.retained.cmp(&a.retained).then(b.allocated.cmp(&a.allocated)).then(a.frame.cmp(&b.frame)));
+
+    let mut findings = Vec::new();
+    for acc in &ranked {
+        let share = if total_retained > 0 { acc.retained.max(0) as f64 / total_retained as f64 } else { 0.0 };
+        if share < opts.min_retained_share || findings.len() >= opts.max_findings {
+            continue;
+        }
+        let grew = growth_windows(&acc.delta);
+        if (grew as f64) < opts.min_growth * windows as f64 {
+            continue;
+        }
+        let frame = profile.frame(acc.frame);
+        let path = user.resolve(&frame.file);
+        let alloc_code = path.as_deref().and_then(|p| sources.line(p, frame.line));
+        let holder = path.as_deref().zip(alloc_code.as_deref()).and_then(|(p, code)| holder_of(&mut sources, p, frame.line, code));
+        let beneath = beneath_clause(acc, 0);
+        let values = [
+            ("retained", bytes(acc.retained.max(0) as u64)),
+            ("share", percent(share)),
+            ("growth", grew.to_string()),
+            ("windows", windows.to_string()),
+            ("alloc_line", frame.line.to_string()),
+            ("alloc_code", alloc_code.clone().unwrap_or_default()),
+            ("beneath", beneath),
+        ];
+        let t = &texts.retention;
+        let (line, code, why) = match &holder {
+            Some((l, c)) => (*l, Some(c.clone()), fill(&t.why_stored, &values)),
+            None => (frame.line, alloc_code.clone(), fill(&t.why_allocated, &values)),
+        };
+        let mut evidence = Vec::new();
+        if holder.is_some() {
+            evidence.push(Evidence { frame: format!("allocated at line {}", frame.line), file: frame.file.clone(), line: frame.line, share });
+        }
+        evidence.extend(top_beneath(acc, total_retained));
+        findings.push(Finding {
+            rank: 0,
+            kind: t.kind.clone(),
+            file: frame.file.clone(),
+            line,
+            function: frame.function.clone(),
+            code,
+            share,
+            max_speedup: None,
+            title: fill(&t.title, &values),
+            advice: t.advice.clone(),
+            why,
+            evidence,
+            recurrence: grew as f64 / windows as f64,
+            rule: "memory-growth".into(),
+            explained: 1.0,
+            enclosing_loop: None,
+        });
+    }
+
+    let duration_s = (profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0) as f64 / 1e6).max(1e-3);
+    let mut churners: Vec<&LineAcc> = lines.values().collect();
+    churners.sort_by(|a, b| b.allocated.cmp(&a.allocated).then(a.frame.cmp(&b.frame)));
+    for acc in churners {
+        if findings.len() >= opts.max_findings || total_allocated == 0 {
+            break;
+        }
+        let share = acc.allocated as f64 / total_allocated as f64;
+        let kept = acc.retained.max(0) as f64 / acc.allocated.max(1) as f64;
+        if share < opts.min_churn_share || kept > opts.max_churn_kept {
+            continue;
+        }
+        let frame = profile.frame(acc.frame);
+        let code = user.resolve(&frame.file).and_then(|p| sources.line(&p, frame.line));
+        let values = [
+            ("allocated", bytes(acc.allocated)),
+            ("share", percent(share)),
+            ("rate", format!("{}/s", bytes((acc.allocated as f64 / duration_s) as u64))),
+            ("beneath", beneath_clause(acc, 1)),
+        ];
+        let t = &texts.churn;
+        findings.push(Finding {
+            rank: 0,
+            kind: t.kind.clone(),
+            file: frame.file.clone(),
+            line: frame.line,
+            function: frame.function.clone(),
+            code,
+            share,
+            max_speedup: None,
+            title: fill(&t.title, &values),
+            advice: t.advice.clone(),
+            why: fill(&t.why, &values),
+            evidence: Vec::new(),
+            recurrence: acc.delta.iter().filter(|d| **d != 0).count() as f64 / windows as f64,
+            rule: "memory-churn".into(),
+            explained: 1.0,
+            enclosing_loop: None,
+        });
+    }
+    for (i, f) in findings.iter_mut().enumerate() {
+        f.rank = i + 1;
+    }
+
+    let hot_lines = ranked
+        .iter()
+        .filter(|a| a.retained > 0)
+        .take(opts.max_hot_lines)
+        .map(|a| {
+            let frame = profile.frame(a.frame);
+            let share = a.retained as f64 / total_retained.max(1) as f64;
+            HotLine {
+                file: frame.file.clone(),
+                line: frame.line,
+                function: frame.function.clone(),
+                code: user.resolve(&frame.file).and_then(|p| sources.line(&p, frame.line)),
+                weight: a.retained as u64,
+                share,
+                self_share: 0.0,
+                blocked_share: 0.0,
+            }
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if total_retained > 0 && outside > 0 {
+        notes.push(format!("{} of the sampled heap at its peak was allocated outside your code (start-up, libraries, the runtime)", percent(outside as f64 / total_retained as f64)));
+    }
+    notes.push(format!("{} allocated during the recording; {} sampled bytes live at the heap's peak", bytes(total_allocated), bytes(total_retained)));
+    Diagnosis {
+        share_of: "sampled heap at its peak (retained bytes)".into(),
+        total_weight: total_retained,
+        busy_weight: total_retained,
+        idle_weight: 0,
+        outside_user_weight: outside.max(0) as u64,
+        seconds_per_weight: None,
+        findings,
+        hot_lines,
+        notes,
+    }
+}
+
+/// The deepest user frame of a stack, with the frames beneath it (leaf first).
+fn frontier_of(profile: &Profile, user: &UserCode, stack: Option<StackId>) -> Option<(FrameId, Vec<FrameId>)> {
+    let mut beneath = Vec::new();
+    for f in profile.stack_frames_leaf_first(stack) {
+        if user.origin(profile.frame(f)) == Origin::User {
+            return Some((f, beneath));
+        }
+        beneath.push(f);
+    }
+    None
+}
+
+/// Windows in which the line's retained bytes rose.
+fn growth_windows(delta: &[i64]) -> usize {
+    delta.iter().filter(|d| **d > 0).count()
+}
+
+fn beneath_clause(acc: &LineAcc, min: usize) -> String {
+    let mut names: Vec<(&String, &(i64, String, u32))> = acc.beneath.iter().filter(|(_, v)| v.0 > 0).collect();
+    names.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+    if names.len() < min.max(1) {
+        return String::new();
+    }
+    format!(", mostly in {}", names.iter().take(2).map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(" and "))
+}
+
+fn top_beneath(acc: &LineAcc, total: u64) -> Vec<Evidence> {
+    let mut v: Vec<Evidence> = acc
+        .beneath
+        .iter()
+        .filter(|(_, e)| e.0 > 0)
+        .map(|(name, e)| Evidence { frame: name.clone(), file: e.1.clone(), line: e.2, share: e.0 as f64 / total.max(1) as f64 })
+        .collect();
+    v.sort_by(|a, b| b.share.total_cmp(&a.share).then(a.frame.cmp(&b.frame)));
+    v.truncate(3);
+    v
+}
+
+/// The line after `line`, in the same function, that stores the name `code` assigns into a
+/// longer-lived structure: a subscript or attribute assignment, or an append/add/insert call,
+/// whose value mentions the name. Python and C-like syntax alike.
+fn holder_of(sources: &mut SourceCache, path: &Path, line: u32, code: &str) -> Option<(u32, String)> {
+    let assign = Regex::new(r"^\s*(?:[A-Za-z_][\w\s\*]*?[\s\*])?([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]").ok()?;
+    let name = assign.captures(code)?.get(1)?.as_str().to_owned();
+    let word = Regex::new(&format!(r"\b{}\b", regex::escape(&name))).ok()?;
+    let store = Regex::new(r"(\]\s*=[^=]|\.\w+\s*=[^=]|->\w+\s*=[^=]|\.(append|add|insert|setdefault|extend|push|push_back|put)\s*\()").ok()?;
+    let lines = sources.lines(path)?;
+    let start = line as usize;
+    let indent = |s: &str| s.len() - s.trim_start().len();
+    let own = indent(lines.get(start - 1)?);
+    for (i, text) in lines.iter().enumerate().skip(start).take(60) {
+        let t = text.trim();
+        if t.is_empty() || t.starts_with('#') || t.starts_with("//") {
+            continue;
+        }
+        // Left the function: a line less indented that starts a definition or closes a block.
+        if indent(text) < own && (t.starts_with("def ") || t.starts_with("async def ") || t.starts_with("class ") || t == "}") {
+            return None;
+        }
+        if indent(text) == 0 && own > 0 {
+            return None;
+        }
+        let Some(m) = store.find(t) else { continue };
+        // The name must be what is stored (after the store), not just the container.
+        if word.is_match(&t[m.start()..]) && !Regex::new(&format!(r"^\s*{}\s*=", regex::escape(&name))).ok()?.is_match(t) {
+            return Some((i as u32 + 1, t.to_owned()));
+        }
+    }
+    None
+}
+
+fn bytes(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.1} GB", n / 1e9)
+    } else if n >= 1e6 {
+        format!("{:.1} MB", n / 1e6)
+    } else if n >= 1e3 {
+        format!("{:.0} kB", n / 1e3)
+    } else {
+        format!("{n:.0} B")
+    }
+}
+
+fn percent(f: f64) -> String {
+    format!("{:.0}%", f * 100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onefix_model::{Frame, Meta, Sample, ThreadState, WeightUnit};
+
+    fn write(dir: &Path, name: &str, text: &str) -> String {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    }
+
+    #[test]
+    fn the_knowledge_base_parses() {
+        let t = texts();
+        assert_eq!(t.retention.kind, "memory-retention");
+        assert_eq!(t.churn.kind, "allocation-churn");
+    }
+
+    /// A server whose handler parses a mapping and stores it per client (growing), and builds
+    /// a temporary per request (churn).
+    #[test]
+    fn names_the_line_that_stores_a_growing_mapping_and_the_churning_line() {
+        let dir = std::env::temp_dir().join(format!("onefix-memdiag-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = write(
+            &dir,
+            "server.py",
+            "clients = {}\n\ndef handle(req):\n    params = parse(req.query)\n    tmp = render(params)\n    clients[req.client] = params\n    return tmp\n",
+        );
+        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+        let t = p.intern_thread(1, 1, None);
+        let parse = p.intern_frame(Frame::python("parse_qs", "/usr/lib/python3.11/urllib/parse.py", 700));
+        let alloc_line = p.intern_frame(Frame::python("handle", file.clone(), 4));
+        let tmp_line = p.intern_frame(Frame::python("handle", file.clone(), 5));
+        let kept = p.intern_stack([alloc_line, parse]);
+        let temp = p.intern_stack([tmp_line]);
+        for i in 0..100u64 {
+            let at = i * 100_000;
+            p.samples.push(Sample { time_us: at, thread: t, stack: kept, state: ThreadState::default(), weight: 1000 });
+            p.samples.push(Sample { time_us: at, thread: t, stack: temp, state: ThreadState::default(), weight: 5000 });
+            p.samples.push(Sample { time_us: at + 10, thread: t, stack: temp, state: ThreadState(ThreadState::FREED), weight: 5000 });
+        }
+        let user = UserCode::new([&dir], None);
+        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
+        let first = &d.findings[0];
+        assert_eq!((first.kind.as_str(), first.line), ("memory-retention", 6), "{d:#?}");
+        assert!(first.why.contains("line 4") && first.why.contains("parse_qs"), "{}", first.why);
+        assert!(first.share > 0.9, "{}", first.share);
+        let churn = d.findings.iter().find(|f| f.kind == "allocation-churn").expect("a churn finding");
+        assert_eq!(churn.line, 5);
+        // Flat retention (allocated once at start) is not growth.
+        let mut flat = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+        let t = flat.intern_thread(1, 1, None);
+        let line = flat.intern_frame(Frame::python("handle", file.clone(), 4));
+        let s = flat.intern_stack([line]);
+        flat.samples.push(Sample { time_us: 0, thread: t, stack: s, state: ThreadState::default(), weight: 100_000 });
+        for i in 1..100u64 {
+            flat.samples.push(Sample { time_us: i * 100_000, thread: t, stack: s, state: ThreadState::default(), weight: 10 });
+            flat.samples.push(Sample { time_us: i * 100_000 + 1, thread: t, stack: s, state: ThreadState(ThreadState::FREED), weight: 10 });
+        }
+        let d = diagnose_memory(&flat, &user, &MemoryOptions::default());
+        assert!(d.findings.iter().all(|f| f.kind != "memory-retention"), "{:?}", d.findings);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn finds_the_storing_line_in_c_too() {
+        let dir = std::env::temp_dir().join(format!("onefix-memdiag-c-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = write(&dir, "t.c", "void add(int k) {\n    char *copy = strdup(name);\n    int n = 3;\n    table[k] = copy;\n}\n");
+        let mut sources = SourceCache::default();
+        assert_eq!(holder_of(&mut sources, Path::new(&file), 2, "    char *copy = strdup(name);").map(|h| h.0), Some(4));
+        assert_eq!(holder_of(&mut sources, Path::new(&file), 3, "    int n = 3;"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
