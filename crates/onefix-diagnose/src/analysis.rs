@@ -184,6 +184,10 @@ impl Engine<'_> {
         // cost under the parking frame (a kept-alive server connection reading its next
         // request) does not count: the thread is parked in it.
         let idle = match idle {
+            // Native stacks: the Go runtime parks goroutines under library costs that wait for
+            // nothing the program asked for (a kept-alive connection's read loop under
+            // net.(*conn).Read); a native parking entry decides alone.
+            Some((e, _)) if innermost_python.is_none() => Some(e),
             Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
             _ => None,
         };
@@ -1052,14 +1056,16 @@ mod tests {
             let joined = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 4), ("sync.(*WaitGroup).Wait", "/usr/lib/go-1.19/src/sync/waitgroup.go", 136), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
             let parked = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("runtime.bgsweep", "/usr/lib/go-1.19/src/runtime/mgcsweep.go", 278), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
             let working = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 5)]);
-            for (tid, stack, active) in [(1, joined, false), (2, parked, false), (3, working, true)] {
+            // A kept-alive connection's read loop: parked under a network read nobody waits for.
+            let read_loop = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("net/http.(*persistConn).readLoop", "/usr/lib/go-1.19/src/net/http/transport.go", 2093), ("net.(*conn).Read", "/usr/lib/go-1.19/src/net/net.go", 183), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
+            for (tid, stack, active) in [(1, joined, false), (2, parked, false), (3, working, true), (4, read_loop, false)] {
                 let thread = b.p.intern_thread(1, tid, None);
                 b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(active, active), weight: 1 });
             }
         }
         let d = b.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!((d.busy_weight, d.idle_weight), (200, 400), "{:?}", d.findings);
+        assert_eq!((d.busy_weight, d.idle_weight), (200, 600), "{:?}", d.findings);
         assert_eq!(d.findings.len(), 1);
         assert_eq!(d.findings[0].line, 5);
     }
