@@ -40,6 +40,13 @@ const MIN_CPU_USE: f64 = 0.05;
 const MIN_FINDING_WEIGHT: u64 = 5;
 /// A knowledge-base entry explains a line when it is under this fraction of the line's weight.
 const ENTRY_EXPLAINS: f64 = 0.3;
+/// Waits at a line are counted in windows of this length to tell how many are in flight at once.
+const IN_FLIGHT_WINDOW_US: u64 = 50_000;
+/// Network waits with at least this many in flight (mean over the windows) already overlap:
+/// they are not issued one at a time.
+const OVERLAPPING_WAITS: f64 = 1.5;
+/// Threads counted per window: more than this is overlap enough.
+const MAX_THREADS_PER_WINDOW: usize = 16;
 
 struct FrameFacts {
     origin: Origin,
@@ -79,6 +86,9 @@ struct LineAcc {
     last_us: u64,
     /// Weight by (stack, active): expanded into frames once per stack, at the end.
     by_stack: HashMap<(StackId, bool), u64>,
+    /// Blocked weight by window of IN_FLIGHT_WINDOW_US, over every thread, and the threads
+    /// seen waiting in it (a few at most): how many waits at this line are in flight at once.
+    blocked_windows: HashMap<u64, (u64, Vec<u32>)>,
 }
 
 pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
@@ -156,6 +166,14 @@ impl Engine<'_> {
             let at = leaf_first.iter().position(|&x| x == f)?;
             self.frame(f).idle.map(|e| (e, at))
         });
+        // Native stacks: a user line that calls a wait for other threads (a join, a wait group,
+        // a channel receive) is parked; the entry is matched on the function the line calls.
+        if idle.is_none() && innermost_python.is_none() {
+            idle = beneath.last().and_then(|&called| {
+                let at = leaf_first.iter().position(|&x| x == called)?;
+                self.frame(called).idle.map(|e| (e, at))
+            });
+        }
         if idle.is_none() && frontier.is_none() {
             let candidates: Vec<(u16, usize)> =
                 leaf_first.iter().enumerate().filter_map(|(at, &f)| self.frame(f).idle.map(|e| (e, at))).collect();
@@ -166,6 +184,10 @@ impl Engine<'_> {
         // cost under the parking frame (a kept-alive server connection reading its next
         // request) does not count: the thread is parked in it.
         let idle = match idle {
+            // Native stacks: the Go runtime parks goroutines under library costs that wait for
+            // nothing the program asked for (a kept-alive connection's read loop under
+            // net.(*conn).Read); a native parking entry decides alone.
+            Some((e, _)) if innermost_python.is_none() => Some(e),
             Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
             _ => None,
         };
@@ -320,6 +342,11 @@ impl Engine<'_> {
             }
             if !running {
                 acc.blocked += w;
+                let (weight, threads) = acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default();
+                *weight += w;
+                if threads.len() < MAX_THREADS_PER_WINDOW && !threads.contains(&s.thread) {
+                    threads.push(s.thread);
+                }
             }
             if acc.windows.is_empty() {
                 acc.windows = vec![0; nwindows.div_ceil(64)];
@@ -651,6 +678,20 @@ impl Engine<'_> {
         // known set-up call is that set-up's cost paid lazily (a database connection reads its
         // schema on the first statement): the fix is where the object is made.
         let (mut kind, mut rule, mut why, mut fix) = (kind, rule, why, fix);
+        // Waits issued one at a time are fixed at the loop; waits that already overlap are not.
+        if kind == "serial-io" {
+            if let Some((mean, peak)) = self.in_flight(l) {
+                if mean >= OVERLAPPING_WAITS {
+                    kind = "blocking-wait".to_owned();
+                    rule = format!("{rule}-concurrent");
+                    why = format!("{:.1} waits are in flight at once here (mean over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", mean, IN_FLIGHT_WINDOW_US / 1000, peak);
+                    fix = "the waits already overlap: make each shorter (a closer or faster service, smaller replies, a cache) or issue fewer of them".to_owned();
+                } else {
+                    why = format!("{why}; one wait in flight at a time (mean {mean:.1} over {} ms windows, at most {peak:.1})", IN_FLIGHT_WINDOW_US / 1000);
+                    evidence.push(Evidence { frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"), file: String::new(), line: 0, share: line_share });
+                }
+            }
+        }
         if kind == "hot-call" {
             if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
                 let spec = &self.kb.entries[e as usize].spec;
@@ -733,6 +774,20 @@ impl Engine<'_> {
                 && names.iter().any(|n| e.matches_call(n))
         })?;
         Some((made_at, made_code, entry as u16))
+    }
+
+    /// How many blocked samples of line `l` are in flight at once: the mean and the peak over
+    /// the windows where the line waits, leaving out the first and last (partly covered). The
+    /// mean, not the median: a sampler's late tick moves weight between neighbouring windows,
+    /// which the mean cancels out. A window counts at most as many waits as threads waited in
+    /// it: one thread's late tick can put more than a window's worth of weight in one window.
+    fn in_flight(&self, l: usize) -> Option<(f64, f64)> {
+        let window_weight = IN_FLIGHT_WINDOW_US as f64 / 1e6 / self.profile.seconds_per_weight()?;
+        let windows = &self.lines[l].blocked_windows;
+        let (first, last) = (*windows.keys().min()?, *windows.keys().max()?);
+        let counts: Vec<f64> = windows.iter().filter(|(&k, _)| last - first < 3 || (k != first && k != last)).map(|(_, (w, threads))| (*w as f64 / window_weight).min(threads.len() as f64)).collect();
+        let peak = counts.iter().copied().fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))?;
+        Some((counts.iter().sum::<f64>() / counts.len() as f64, peak))
     }
 
     fn push_evidence(&mut self, evidence: &mut Vec<Evidence>, f: FrameId, share: f64) {
@@ -919,6 +974,100 @@ mod tests {
         assert_eq!(f.line, 8, "the for loop in the caller, not the call inside fetch: {f:?}");
         assert_eq!(f.code.as_deref(), Some("for u in urls:"));
         assert!(f.evidence[0].line == 4, "the waiting call is the first evidence: {:?}", f.evidence);
+    }
+
+    fn write_app(tag: &str, source: &str) -> (std::path::PathBuf, String) {
+        let dir = std::env::temp_dir().join(format!("onefix-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let app = dir.join("app.py");
+        std::fs::write(&app, source).unwrap();
+        let app_s = app.to_str().unwrap().to_owned();
+        (dir, app_s)
+    }
+
+    #[test]
+    fn network_waits_one_at_a_time_are_serial_and_overlapping_ones_are_not() {
+        let (dir, app) = write_app("inflight", "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        pool.submit(fetch, u)\n");
+        let wait = |b: &mut Builder, tid: u64, ms: u64| {
+            b.add(tid, ms, false, &[
+                ("main", &app, 8),
+                ("fetch", &app, 4),
+                ("get", &format!("{SITE}/requests/api.py"), 73),
+                ("readinto", &format!("{LIB}/socket.py"), 706),
+            ]);
+        };
+        // One thread: a wait at every tick, and a little work between requests.
+        let mut serial = Builder::new();
+        for tick in 0..300 {
+            if tick % 5 == 4 {
+                serial.add(1, tick * 10, true, &[("main", &app, 8), ("fetch", &app, 4)]);
+            } else {
+                wait(&mut serial, 1, tick * 10);
+            }
+        }
+        // Four threads waiting at once, each now and then.
+        let mut overlapping = Builder::new();
+        for tick in 0..300 {
+            for tid in 1..=4 {
+                if (tick + tid) % 5 != 0 {
+                    wait(&mut overlapping, tid, tick * 10);
+                }
+            }
+        }
+        let (s, o) = (serial.diagnose(dir.to_str().unwrap()), overlapping.diagnose(dir.to_str().unwrap()));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &s.findings[0];
+        assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("serial-io", "network-wait", 7), "{f:?}");
+        assert!(f.why.contains("one wait in flight at a time (mean 0.8 over 50 ms windows, at most 0.8)"), "{}", f.why);
+        assert!(f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (mean), 0.8 (peak)"), "{:?}", f.evidence);
+        let f = &o.findings[0];
+        assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("blocking-wait", "network-wait-concurrent", 4), "the waiting call, not the loop: {f:?}");
+        assert!(f.why.starts_with("3.2 waits are in flight at once here (mean over 50 ms windows, at most 3.2)"), "{}", f.why);
+        assert!(o.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", o.findings);
+    }
+
+    #[test]
+    fn late_ticks_of_one_thread_are_still_one_wait_in_flight() {
+        let (dir, app) = write_app("late-ticks", "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        fetch(u)\n");
+        let mut b = Builder::new();
+        // A loaded machine: the sampler reads every 100 ms instead of every 10, and each read
+        // weighs the 10 intervals it stands for, so every other 50 ms window gets two windows'
+        // worth of one thread's wait.
+        for tick in 0..60u64 {
+            b.add(1, tick * 100, false, &[("main", &app, 8), ("fetch", &app, 4), ("get", &format!("{SITE}/requests/api.py"), 73), ("readinto", &format!("{LIB}/socket.py"), 706)]);
+            b.p.samples.last_mut().unwrap().weight = 10;
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!((f.kind.as_str(), f.line), ("serial-io", 7), "{f:?}");
+        assert!(f.why.contains("(mean 1.0 over 50 ms windows, at most 1.0)"), "{}", f.why);
+    }
+
+    #[test]
+    fn native_waits_for_others_and_the_go_runtime_are_idle() {
+        let (dir, app) = write_app("native-idle", "package main\n\nfunc main() {\n\twg.Wait()\n\twork()\n}\n");
+        let mut b = Builder::new();
+        let native = |p: &mut Profile, stack: &[(&str, &str, u32)]| {
+            let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
+            p.intern_stack(ids)
+        };
+        for tick in 0..200u64 {
+            let joined = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 4), ("sync.(*WaitGroup).Wait", "/usr/lib/go-1.19/src/sync/waitgroup.go", 136), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
+            let parked = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("runtime.bgsweep", "/usr/lib/go-1.19/src/runtime/mgcsweep.go", 278), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
+            let working = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 5)]);
+            // A kept-alive connection's read loop: parked under a network read nobody waits for.
+            let read_loop = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("net/http.(*persistConn).readLoop", "/usr/lib/go-1.19/src/net/http/transport.go", 2093), ("net.(*conn).Read", "/usr/lib/go-1.19/src/net/net.go", 183), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
+            for (tid, stack, active) in [(1, joined, false), (2, parked, false), (3, working, true), (4, read_loop, false)] {
+                let thread = b.p.intern_thread(1, tid, None);
+                b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(active, active), weight: 1 });
+            }
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((d.busy_weight, d.idle_weight), (200, 600), "{:?}", d.findings);
+        assert_eq!(d.findings.len(), 1);
+        assert_eq!(d.findings[0].line, 5);
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub(crate) struct Capture {
     pub max: usize,
     pub seen: u64,
     pub pid: Option<u32>,
+    /// Capture the stacks of waiting goroutines (each distinct one, up to `max`) instead of
+    /// on-CPU samples: `ONEFIX_NATIVE_CAPTURE_GOROUTINES=1`.
+    pub goroutines: bool,
     pub fixture: StackFixture,
 }
 
@@ -112,7 +115,9 @@ impl Capture {
     pub fn from_env() -> Option<Capture> {
         let path = std::env::var_os("ONEFIX_NATIVE_CAPTURE")?;
         let keep_bytes = std::env::var("ONEFIX_NATIVE_CAPTURE_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
-        Some(Capture { path: path.into(), keep_bytes, every: 50, max: 6, seen: 0, pid: None, fixture: StackFixture::default() })
+        let goroutines = std::env::var_os("ONEFIX_NATIVE_CAPTURE_GOROUTINES").is_some_and(|v| v == "1");
+        let every = if goroutines { 1 } else { 50 };
+        Some(Capture { path: path.into(), keep_bytes, every, max: 6, seen: 0, pid: None, goroutines, fixture: StackFixture::default() })
     }
 
     /// Keeps every `every`-th sample of the first process sampled, up to `max`.

@@ -25,6 +25,8 @@
 mod error;
 #[doc(hidden)]
 pub mod fixture;
+#[doc(hidden)]
+pub mod goroutines;
 mod module;
 mod perf;
 mod record;
@@ -63,6 +65,22 @@ pub fn is_native_pid(pid: u32) -> bool {
     is_native_executable(&exe) && !is_interpreter_name(&target) && !onefix_collect::process::looks_like_python(pid)
 }
 
+/// The directory of the source file that defines a native program's entry function
+/// (`main.main` for Go, `main` for C and C++), read from its executable's debug information:
+/// where the program's own code is, wherever its binary was built to. `None` without debug
+/// information, or when that file is a system or toolchain source.
+pub fn main_source_dir(exe: &Path) -> Option<std::path::PathBuf> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(exe).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let entry = ["main.main", "main"].iter().find_map(|want| obj.symbols().find(|s| s.name() == Ok(want) && s.address() != 0))?.address();
+    let module = module::ModuleFile::load(0, &exe.display().to_string(), exe)?;
+    let frames = module.symbolize(entry);
+    let file = Path::new(&frames.last()?.file).to_owned();
+    let system = ["/usr/", "/rustc/", "/build/", "/lib/"].iter().any(|p| file.starts_with(p));
+    (file.is_absolute() && !system).then(|| file.parent().map(Path::to_path_buf)).flatten()
+}
+
 fn is_interpreter_name(path: &Path) -> bool {
     let base = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     base.starts_with("python") || base.starts_with("pypy")
@@ -71,6 +89,12 @@ fn is_interpreter_name(path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_without_debug_information_has_no_main_source_dir() {
+        assert_eq!(main_source_dir(Path::new("/bin/sh")), None);
+        assert_eq!(main_source_dir(Path::new("/no/such/file")), None);
+    }
 
     #[test]
     fn tells_native_from_python_and_scripts() {

@@ -14,6 +14,7 @@ use onefix_model::{Frame, FrameId, Profile, Sample, StackId, TargetExit, ThreadS
 
 use crate::error::paranoid_level;
 use crate::fixture::Capture;
+use crate::goroutines::{GoRuntime, Goroutine};
 use crate::module::ModuleCache;
 use crate::perf::{self, AttrSpec, EventKind, Ring};
 use crate::record::{self, Record, SampleRecord};
@@ -64,6 +65,11 @@ pub struct NativeStats {
     /// Samples whose unwinding stopped at the first frame although the thread had callers
     /// (no unwind information and no frame pointer).
     pub shallow: u64,
+    /// Samples of Go goroutines that were waiting (parked by the runtime), one per goroutine
+    /// per scan of `runtime.allgs`.
+    pub goroutine_samples: u64,
+    /// Scans of the goroutines of Go programs.
+    pub goroutine_scans: u64,
 }
 
 /// Blocked intervals are cut into pieces at multiples of this (CLOCK_MONOTONIC), so a long
@@ -74,6 +80,35 @@ const CHUNK_NS: u64 = 50_000_000;
 const HOLDBACK_NS: u64 = 2_000_000;
 const LIVE_CHECK: Duration = Duration::from_millis(100);
 const MAPS_REREAD: Duration = Duration::from_millis(200);
+/// Go programs' goroutines are read at most this often; each waiting goroutine's sample
+/// weighs the time since the previous scan.
+const GOROUTINE_SCAN_NS: u64 = 10_000_000;
+/// Each goroutine read puts the next scan off by this much, so that a program with very many
+/// goroutines is read less often rather than at a cost that grows with them.
+const GOROUTINE_SCAN_NS_EACH: u64 = 20_000;
+/// A scan charges at most this much time (the profiler itself stalled).
+const GOROUTINE_MAX_GAP_NS: u64 = 1_000_000_000;
+/// Goroutines are virtual threads of their process: their ids are offset past any OS tid.
+const GOROUTINE_TID_BASE: u64 = 1 << 32;
+
+/// What the sampler knows of a process's Go runtime.
+enum GoState {
+    /// Not looked at yet (its executable is not mapped yet).
+    Unknown,
+    /// Not a Go program, or one whose goroutines cannot be read (said in a warning).
+    Absent,
+    Go { runtime: GoRuntime, bias: u64 },
+}
+
+/// A waiting goroutine's stack, kept while its saved registers do not change.
+struct ParkedStack {
+    goid: u64,
+    regs: [u64; 3],
+    stack: Option<StackId>,
+    /// The goroutine's virtual thread in the profile.
+    thread: u32,
+    seen: u64,
+}
 
 struct Blocked {
     pid: u32,
@@ -125,6 +160,11 @@ pub struct NativeSampler {
     /// The spawned child until its exec: a context switch inside execve still shows the old
     /// program's user stack.
     awaiting_exec: Option<u32>,
+    go: HashMap<u32, GoState>,
+    parked: HashMap<(u32, u64), ParkedStack>,
+    last_scan_ns: Option<u64>,
+    scan_every_ns: u64,
+    scan_carry_ns: u64,
 }
 
 impl NativeSampler {
@@ -169,6 +209,11 @@ impl NativeSampler {
             frames: Vec::new(),
             capture: Capture::from_env(),
             awaiting_exec: spawned.then_some(root),
+            go: HashMap::new(),
+            parked: HashMap::new(),
+            last_scan_ns: None,
+            scan_every_ns: GOROUTINE_SCAN_NS,
+            scan_carry_ns: 0,
         }
     }
 
@@ -448,7 +493,7 @@ impl NativeSampler {
                     return 0;
                 }
                 if self.cpu_ids.contains(&s.id) {
-                    if let (Some(c), Some(regs)) = (&mut self.capture, s.regs) {
+                    if let (Some(c), Some(regs)) = (self.capture.as_mut().filter(|c| !c.goroutines), s.regs) {
                         if c.offer(s.pid, regs, &s.stack) {
                             let maps = self.spaces.get(&s.pid).map(|sp| sp.mappings()).unwrap_or_default();
                             c.fixture.modules = maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
@@ -492,6 +537,8 @@ impl NativeSampler {
                     }
                     self.stats.execs += 1;
                     self.spaces.entry(pid).or_default().clear();
+                    self.go.remove(&pid);
+                    self.parked.retain(|(p, _), _| *p != pid);
                 }
                 self.names.insert(tid, name);
             }
@@ -611,18 +658,23 @@ impl NativeSampler {
 
     /// Unwinds and symbolizes one sample into the profile's stack tree.
     fn stack_of(&mut self, profile: &mut Profile, s: &SampleRecord) -> Option<StackId> {
-        let regs = s.regs?;
-        let space = self.spaces.entry(s.pid).or_default();
+        self.unwound(profile, s.pid, s.regs?, &s.stack)
+    }
+
+    /// Unwinds a stack copy from its registers (bp, sp, ip) in `pid`'s address space and
+    /// symbolizes it into the profile's stack tree.
+    fn unwound(&mut self, profile: &mut Profile, pid: u32, regs: [u64; 3], stack: &[u8]) -> Option<StackId> {
+        let space = self.spaces.entry(pid).or_default();
         self.addrs.clear();
-        space.unwind(&mut self.cache, regs, &s.stack, &mut self.addrs);
+        space.unwind(&mut self.cache, regs, stack, &mut self.addrs);
         // An address in no known mapping: a mapping made before sampling began, or one whose
         // record has not been read. /proc has it while the process lives (read at most every
         // MAPS_REREAD per process); unwind again with it.
-        if self.addrs.iter().any(|&a| space.find(a).is_none()) && space.maps_read.filter(|t| t.elapsed() < MAPS_REREAD).is_none() && process::exists(s.pid) {
-            space.load_proc_maps(s.pid, &mut self.modules);
+        if self.addrs.iter().any(|&a| space.find(a).is_none()) && space.maps_read.filter(|t| t.elapsed() < MAPS_REREAD).is_none() && process::exists(pid) {
+            space.load_proc_maps(pid, &mut self.modules);
             self.stats.maps_reread += 1;
             self.addrs.clear();
-            space.unwind(&mut self.cache, regs, &s.stack, &mut self.addrs);
+            space.unwind(&mut self.cache, regs, stack, &mut self.addrs);
         }
         if self.addrs.len() == 1 {
             self.stats.shallow += 1;
@@ -641,6 +693,94 @@ impl NativeSampler {
             }
         }
         profile.intern_stack(self.frames.iter().rev().copied())
+    }
+
+    // ----- goroutines -----
+
+    /// Reads the goroutines of every traced Go process and adds a sample for each one that
+    /// waits, weighing the time since the previous scan: its stack is where it was parked
+    /// (a network read, a channel, a lock), which no OS thread shows.
+    fn scan_goroutines(&mut self, profile: &mut Profile, now: u64) -> usize {
+        if self.last_scan_ns.is_some_and(|t| now.saturating_sub(t) < self.scan_every_ns) {
+            return 0;
+        }
+        let gap = self.last_scan_ns.map(|t| now.saturating_sub(t).min(GOROUTINE_MAX_GAP_NS)).unwrap_or(0);
+        self.last_scan_ns = Some(now);
+        self.scan_carry_ns += gap;
+        let weight = self.scan_carry_ns / self.period_ns;
+        self.scan_carry_ns -= weight * self.period_ns;
+        let pids: Vec<u32> = self.live.iter().copied().filter(|p| self.awaiting_exec != Some(*p)).collect();
+        let mut n = 0;
+        let mut read = 0u64;
+        for pid in pids {
+            if matches!(self.go.get(&pid), None | Some(GoState::Unknown)) {
+                let state = self.go_state(pid);
+                self.go.insert(pid, state);
+            }
+            let Some(GoState::Go { runtime, bias }) = self.go.get(&pid) else { continue };
+            let all = runtime.goroutines(pid, *bias);
+            read += all.len() as u64;
+            let goroutines: Vec<Goroutine> = all.into_iter().filter(|g| g.is_waiting() && !runtime.is_runtime_wait(g.waitreason)).collect();
+            self.stats.goroutine_scans += 1;
+            for g in &goroutines {
+                let (thread, stack) = self.goroutine_stack(profile, pid, g);
+                if weight == 0 {
+                    continue;
+                }
+                // Merged with the goroutine's previous sample while it stays parked at the
+                // same place: memory per span of time, not per scan.
+                profile.push_sample(Sample { time_us: self.time_us(now), thread, stack, state: ThreadState::new(false, false), weight: weight.min(u32::MAX as u64) as u32 });
+                self.stats.goroutine_samples += 1;
+                n += 1;
+            }
+            let scan = self.stats.goroutine_scans;
+            self.parked.retain(|(p, _), s| *p != pid || s.seen == scan);
+        }
+        self.scan_every_ns = GOROUTINE_SCAN_NS.max(read * GOROUTINE_SCAN_NS_EACH);
+        n
+    }
+
+    /// The stack of a waiting goroutine: unwound from its saved registers, or the one found
+    /// before if it has not moved since.
+    fn goroutine_stack(&mut self, profile: &mut Profile, pid: u32, g: &Goroutine) -> (u32, Option<StackId>) {
+        let scan = self.stats.goroutine_scans;
+        if let Some(p) = self.parked.get_mut(&(pid, g.addr)).filter(|p| p.goid == g.goid && p.regs == g.regs) {
+            p.seen = scan;
+            return (p.thread, p.stack);
+        }
+        let bytes = g.read_stack(pid);
+        if let (Some(c), Some(bytes)) = (self.capture.as_mut().filter(|c| c.goroutines), &bytes) {
+            if c.offer(pid, g.regs, bytes) {
+                let maps = self.spaces.get(&pid).map(|sp| sp.mappings()).unwrap_or_default();
+                c.fixture.modules = maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
+            }
+        }
+        let stack = bytes.and_then(|bytes| self.unwound(profile, pid, g.regs, &bytes));
+        let thread = profile.intern_thread(pid, GOROUTINE_TID_BASE + g.goid, Some(&format!("goroutine {}", g.goid)));
+        self.parked.insert((pid, g.addr), ParkedStack { goid: g.goid, regs: g.regs, stack, thread, seen: scan });
+        (thread, stack)
+    }
+
+    /// Whether `pid` runs Go, and where its runtime is loaded. `Unknown` until its executable
+    /// is mapped.
+    fn go_state(&mut self, pid: u32) -> GoState {
+        let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
+        let Ok(name) = std::fs::read_link(&exe) else { return GoState::Absent };
+        let name = name.display().to_string();
+        let Some(bias) = self.spaces.get(&pid).and_then(|s| s.mappings().iter().find(|m| m.module.name == name).map(|m| m.bias)) else {
+            return GoState::Unknown;
+        };
+        match GoRuntime::from_file(&exe) {
+            Ok(Some(runtime)) => GoState::Go { runtime, bias },
+            Ok(None) => GoState::Absent,
+            Err(e) => {
+                let w = e.to_string();
+                if !self.setup_warnings.contains(&w) {
+                    self.setup_warnings.push(w);
+                }
+                GoState::Absent
+            }
+        }
     }
 
     fn refresh_live(&mut self) {
@@ -678,6 +818,7 @@ impl Sampler for NativeSampler {
         let horizon = now.saturating_sub(HOLDBACK_NS);
         let mut n = self.process_until(profile, horizon);
         n += self.emit_ongoing(profile, horizon);
+        n += self.scan_goroutines(profile, now);
         Tick::Sampled(n)
     }
 }

@@ -413,6 +413,78 @@ fn go_unwinds_through_its_debug_frame_and_names_lines() {
     assert!(total > 100 && whole as f64 > 0.95 * total as f64, "{whole} of {total}");
 }
 
+fn build_go(dir: &Path, name: &str, extra: &[&str]) -> Option<PathBuf> {
+    if Command::new("go").arg("version").output().is_err() {
+        eprintln!("skipped: no go toolchain (apt-get install golang-go)");
+        return None;
+    }
+    let exe = dir.join(name);
+    run(Command::new("go").arg("build").args(extra).arg("-o").arg(&exe).arg(programs().join(format!("{name}.go"))).env("GOFLAGS", "-buildvcs=false").env("GO111MODULE", "off"));
+    Some(exe)
+}
+
+/// Weight in `mode` of the samples with a frame of `file` at `line`, and of those on threads
+/// named like goroutines.
+fn weight_at_line(p: &Profile, mode: Mode, file: &str, line: u32) -> (u64, u64) {
+    let mut all = 0;
+    let mut on_goroutines = 0;
+    for s in p.samples.iter().filter(|s| mode.counts(s.state)) {
+        if p.stack_frames_leaf_first(s.stack).any(|f| p.frame(f).file.ends_with(file) && p.frame(f).line == line) {
+            all += s.weight as u64;
+            if p.threads()[s.thread as usize].name.as_deref().is_some_and(|n| n.starts_with("goroutine ")) {
+                on_goroutines += s.weight as u64;
+            }
+        }
+    }
+    (all, on_goroutines)
+}
+
+#[test]
+fn go_goroutines_that_wait_are_charged_to_the_lines_that_wait() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_go(dir.path(), "wait_go", &[]) else { return };
+    let r = record(&[exe.to_str().unwrap()], &NativeOptions::default());
+    let p = &r.profile;
+    assert_eq!(r.exit, Some(TargetExit::Code(0)));
+    assert!(r.sampler.stats().goroutine_scans > 10, "{:?}", r.sampler.stats());
+    assert!(r.sampler.warnings().iter().all(|w| !w.contains("goroutines")), "{:?}", r.sampler.warnings());
+    // 600 ms of waiting, in cpu-clock periods of about 1 ms: no thread shows it, the
+    // goroutine does, on its own virtual thread.
+    let period_ms = r.sampler.interval_us() as f64 / 1000.0;
+    for (mark, what) in [("NETWAIT", "the read that waits for a reply"), ("JOIN", "the WaitGroup wait"), ("ACCEPT", "the server's Accept")] {
+        let line = marked_line("wait_go.go", mark);
+        let (wall, on_goroutines) = weight_at_line(p, Mode::Wall, "wait_go.go", line);
+        let waited_ms = wall as f64 * period_ms;
+        assert!((400.0..=900.0).contains(&waited_ms), "{what} at line {line}: {waited_ms:.0} ms in wall mode");
+        assert!(on_goroutines as f64 >= 0.95 * wall as f64, "{what}: {on_goroutines} of {wall} on goroutines");
+        let (cpu, _) = weight_at_line(p, Mode::Cpu, "wait_go.go", line);
+        assert!((cpu as f64) < 0.1 * wall as f64, "{what}: {cpu} in cpu mode against {wall} in wall mode");
+    }
+    // The parked goroutine's whole stack, down to the netpoller.
+    let netwait = marked_line("wait_go.go", "NETWAIT");
+    let stack = p
+        .samples
+        .iter()
+        .find(|s| !s.state.active() && p.stack_frames_leaf_first(s.stack).any(|f| p.frame(f).line == netwait && p.frame(f).file.ends_with("wait_go.go")))
+        .map(|s| stack_names(p, s.stack))
+        .expect("a sample at the read");
+    assert_eq!(stack.first().map(String::as_str), Some("runtime.goexit"), "{stack:?}");
+    assert!(stack.iter().any(|f| f == "main.waitForReply") && stack.iter().any(|f| f == "internal/poll.(*FD).Read") && stack.last().is_some_and(|f| f.starts_with("runtime.gopark")), "{stack:?}");
+}
+
+#[test]
+fn a_go_binary_without_dwarf_is_sampled_and_says_why_goroutines_are_missing() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = build_go(dir.path(), "wait_go", &["-ldflags=-w"]) else { return };
+    let r = record(&[exe.to_str().unwrap()], &NativeOptions::default());
+    assert_eq!(r.exit, Some(TargetExit::Code(0)));
+    let warnings = r.sampler.warnings();
+    assert!(warnings.iter().any(|w| w.starts_with("goroutines that wait are not shown:") && w.contains("has no DWARF type information")), "{warnings:?}");
+    assert_eq!(r.sampler.stats().goroutine_samples, 0);
+}
+
 #[test]
 fn cpp_methods_are_demangled() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

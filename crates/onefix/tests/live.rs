@@ -338,6 +338,117 @@ fn lab_synapse_headers_names_the_schema_rebuilt_per_call() {
     lab_case("synapse-headers", "synapse_slow.py", "self.model_json_schema()", "repeated-setup", &[("COUNT", "300"), ("MAX_SECONDS", "15")]);
 }
 
+/// Story 001 in Go: the goroutine that issues the 12 requests one after another is seen waiting
+/// (no OS thread shows it), so the loop is named as serial-io with one request in flight, and
+/// the encoding/json decode line as serialization; the fixed version (concurrent requests,
+/// jsoniter) has neither.
+#[test]
+fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !have_go || !Path::new("/usr/share/gocode/src/github.com/json-iterator/go").exists() {
+        eprintln!("skipped: needs golang-go and golang-github-json-iterator-go-dev (./setup installs them)");
+        return;
+    }
+    let _one_at_a_time = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let s = Scratch::new("exchange-aggregator");
+    let json = s.path("r.json");
+    let profiler = format!("{} record --quiet -o {} --json {} --", env!("CARGO_BIN_EXE_onefix"), s.path("r.onefix").display(), json.display());
+    let case = repo().join("lab").join("exchange-aggregator");
+
+    lab_run("exchange-aggregator", "slow", &profiler, &[("ROUNDS", "12")]);
+    let slow: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let src = case.join("aggregator_slow").join("main.go");
+    let f = first_finding(&slow);
+    assert_eq!(f["kind"], "serial-io", "{slow:#}");
+    assert!(f["file"].as_str().unwrap().ends_with("aggregator_slow/main.go"), "{slow:#}");
+    assert_eq!(f["line"], line_of(&src, "for i := 0; i < exchanges; i++ {"), "the loop that issues the requests: {slow:#}");
+    let in_flight = f["evidence"].as_array().unwrap().iter().find_map(|e| e["frame"].as_str()?.strip_prefix("waits in flight at once: ")).expect("in-flight evidence");
+    let mean: f64 = in_flight.split(' ').next().unwrap().parse().unwrap();
+    assert!(mean <= 1.2, "one request at a time: {in_flight}");
+    let decode = slow["findings"].as_array().unwrap().iter().find(|x| x["kind"] == "serialization").unwrap_or_else(|| panic!("no serialization finding: {slow:#}"));
+    assert_eq!(decode["line"], line_of(&src, "json.Unmarshal(body, &book)"), "{slow:#}");
+    assert!(decode["evidence"].as_array().unwrap().iter().any(|e| e["frame"].as_str().unwrap().starts_with("encoding/json.")), "{decode:#}");
+
+    lab_run("exchange-aggregator", "fixed", &profiler, &[("ROUNDS", "60")]);
+    let fixed: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let findings = fixed["findings"].as_array().unwrap();
+    assert!(findings.iter().all(|x| x["kind"] != "serial-io" && x["kind"] != "serialization"), "{fixed:#}");
+    // What waits for the network in the fixed version waits concurrently, at the call.
+    if let Some(w) = findings.iter().find(|x| x["rule"] == "network-wait-concurrent") {
+        assert_eq!(w["line"], line_of(&case.join("aggregator_fixed").join("main.go"), "resp, err := client.Get("), "{fixed:#}");
+    }
+}
+
+const SETUP_GO: &str = r#"// Per-pass set-up that a Go service should do once: a trust store built from the system's CA
+// bundle, and a regular expression compiled, on every pass.
+package main
+
+import (
+	"crypto/x509"
+	"os"
+	"regexp"
+	"time"
+)
+
+func trustedPool(bundle []byte) *x509.CertPool {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(bundle) // CERTS
+	return pool
+}
+
+func parse(line string) []string {
+	re := regexp.MustCompile(`^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2}) (?P<level>[A-Z]+) \[(?P<module>[\w.]+)\] (?P<msg>.*)$`) // REGEX
+	return re.FindStringSubmatch(line)
+}
+
+func main() {
+	bundle, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		os.Exit(2)
+	}
+	lines := []string{"2024-01-02T03:04:05 INFO [auth.session] ok", "2024-01-02T03:04:06 WARN [net.pool] slow", "bad line"}
+	end := time.Now().Add(2500 * time.Millisecond)
+	n := 0
+	for time.Now().Before(end) {
+		if trustedPool(bundle) != nil {
+			n++
+		}
+		for i := 0; i < 40; i++ {
+			if parse(lines[i%len(lines)]) != nil {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		os.Exit(1)
+	}
+}
+"#;
+
+/// The knowledge base's Go entries fire on a real recording: a CA bundle parsed into a new
+/// trust store and a regular expression compiled on every pass are named as repeated set-up
+/// at their lines.
+#[test]
+fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !have_go || !Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
+        eprintln!("skipped: needs golang-go and the system CA bundle");
+        return;
+    }
+    let s = Scratch::new("go-setup");
+    let src = s.path("main.go");
+    std::fs::write(&src, SETUP_GO).unwrap();
+    let exe = s.path("setup");
+    let built = Command::new("go").args(["build", "-o"]).arg(&exe).arg(&src).env("GO111MODULE", "off").current_dir(&s.0).status().unwrap();
+    assert!(built.success());
+    let (report, _) = record_command(&s, &[], &[&exe]);
+    let findings = report["findings"].as_array().unwrap();
+    let at = |marker: &str| findings.iter().find(|f| f["line"] == line_of(&src, marker)).unwrap_or_else(|| panic!("no finding at {marker}: {report:#}"));
+    assert_eq!(at("// CERTS")["rule"], "tls-trust-store", "{report:#}");
+    assert_eq!(at("// REGEX")["rule"], "regex-compile", "{report:#}");
+    assert_eq!(findings[0]["line"], line_of(&src, "// CERTS"), "the costlier set-up first: {report:#}");
+}
+
 const PROCESS_POOL: &str = r#"
 import time
 from multiprocessing import Pool

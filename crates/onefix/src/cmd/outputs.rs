@@ -66,6 +66,14 @@ pub fn default_user_dirs(cwd: Option<&str>, argv: &[String]) -> Vec<String> {
 pub fn default_native_user_dirs(cwd: Option<&str>, pid: u32) -> Vec<String> {
     let mut dirs: Vec<String> = cwd.map(str::to_owned).into_iter().collect();
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    // The directory of the program's main source file, from its debug information: its own
+    // code, even when the binary was built elsewhere (a temp dir, `go build -o /tmp/x`).
+    if let Some(dir) = onefix_native::main_source_dir(Path::new(&format!("/proc/{pid}/exe"))) {
+        let dir = dir.display().to_string();
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
     let markers = ["Cargo.toml", "go.mod", "Makefile", "CMakeLists.txt", ".git"];
     if let Some(root) = exe.as_deref().and_then(Path::parent).and_then(|d| {
         d.ancestors().take(5).find(|a| markers.iter().any(|m| a.join(m).exists()))
