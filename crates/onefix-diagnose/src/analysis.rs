@@ -298,13 +298,16 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
-        for s in profile.samples.iter() {
+        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let running = self.running(s);
+            let w = s.weight as u64;
+            // Every sample the mode counts is in the total, as every writer counts it; one read
+            // as running inside a call that waits is no CPU cost, and is left out as idle.
+            total_weight += w;
             if mode == Mode::Cpu && !running {
+                idle_weight += w;
                 continue;
             }
-            let w = s.weight as u64;
-            total_weight += w;
             let window = (s.time_us / window_us) as usize;
             match self.parked(s.stack) {
                 Some(true) if works[s.thread as usize] => {

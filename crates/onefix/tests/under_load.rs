@@ -185,7 +185,10 @@ fn servers_with_a_planted_mistake_have_it_named_under_load() {
             .arg(dir.join(format!("{name}.onefix")))
             .arg("--json")
             .arg(&json)
-            .args(["--load", &format!("http://127.0.0.1:{port}{} --rate 60 --duration 3s -c 4", load_path.trim())])
+            // A server that is mostly idle between requests is busy for a few hundred samples at
+            // most: sample it at 400 Hz so that its busy time is seen often enough to judge.
+            .args(["--rate", "400"])
+            .args(["--load", &format!("http://127.0.0.1:{port}{} --rate 100 --duration 3s -c 4", load_path.trim())])
             .args(["--", "python3"])
             .arg(&path)
             .arg(port.to_string())
