@@ -30,6 +30,8 @@ try {
   await page.waitForSelector('body[data-rendered="true"]', { timeout: 10000 });
 
   result.title = await page.title();
+  // A memory recording's curves (RSS, live heap), drawn when the recording has them.
+  result.memoryCurves = await page.$$eval('.timeline.memory polyline', (lines) => lines.filter((l) => l.getAttribute('points')).length);
   result.findings = await page.$$eval('#findings .finding', (cards) => cards.map((c) => ({
     loc: c.querySelector('.loc').textContent,
     share: c.querySelector('.share').textContent,

@@ -36,6 +36,10 @@ pub struct MemoryInfo {
     pub rate_bytes: u64,
     /// The target's RSS over the recording (the main process).
     pub rss: Vec<RssPoint>,
+    /// Sampled bytes live (allocated and not yet freed) over the recording, at most a few
+    /// hundred points: the retained heap's growth, beside the RSS.
+    #[serde(default)]
+    pub live: Vec<RssPoint>,
     /// The largest RSS the kernel saw for the target (VmHWM), when read.
     pub peak_rss_bytes: Option<u64>,
     /// Sampled allocations received.
@@ -94,6 +98,26 @@ impl Profile {
 }
 
 impl Profile {
+    /// Sampled bytes live over time, as `points` evenly spaced points at most (the live bytes at
+    /// the end of each stretch).
+    pub fn live_bytes_over_time(&self, points: usize) -> Vec<RssPoint> {
+        let mut order: Vec<&Sample> = self.samples.iter().collect();
+        order.sort_by_key(|s| (s.time_us, s.state.freed()));
+        let end = order.last().map_or(0, |s| s.time_us);
+        let step = (end / points.max(1) as u64).max(1);
+        let mut out: Vec<RssPoint> = Vec::new();
+        let mut live = 0i64;
+        for s in order {
+            live += if s.state.freed() { -(s.weight as i64) } else { s.weight as i64 };
+            let at = (s.time_us / step + 1) * step;
+            match out.last_mut() {
+                Some(last) if last.time_us == at => last.rss_bytes = live.max(0) as u64,
+                _ => out.push(RssPoint { time_us: at, rss_bytes: live.max(0) as u64 }),
+            }
+        }
+        out
+    }
+
     /// The time of the largest sampled live heap (the end of the recording's samples when it
     /// only grew).
     pub fn peak_live_time_us(&self) -> u64 {
@@ -115,6 +139,26 @@ impl Profile {
 mod tests {
     use super::*;
     use crate::profile::{Frame, Meta, WeightUnit};
+
+    #[test]
+    fn live_bytes_rise_with_allocations_and_fall_with_frees() {
+        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+        let t = p.intern_thread(1, 1, None);
+        let f = p.intern_frame(Frame::native("f", "a.out"));
+        let stack = p.intern_stack([f]);
+        let at = |time_us, weight, freed: bool| Sample {
+            time_us,
+            thread: t,
+            stack,
+            state: ThreadState(if freed { ThreadState::FREED } else { 0 }),
+            weight,
+        };
+        p.samples.extend([at(0, 100, false), at(10, 50, false), at(20, 100, true), at(39, 10, false)]);
+        let live = p.live_bytes_over_time(4);
+        let bytes: Vec<u64> = live.iter().map(|r| r.rss_bytes).collect();
+        assert_eq!(bytes, vec![100, 150, 50, 60], "{live:?}");
+        assert!(live.windows(2).all(|w| w[0].time_us < w[1].time_us));
+    }
 
     #[test]
     fn retained_is_allocations_minus_frees_and_allocated_ignores_frees() {

@@ -119,6 +119,9 @@ struct RunData<'a> {
     /// The load that drove the target (`record --load`), when the recording carries it.
     #[serde(skip_serializing_if = "Option::is_none")]
     load: Option<Value>,
+    /// A memory recording's RSS and live sampled heap over time (`record --memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<Value>,
 }
 
 #[derive(Serialize)]
@@ -251,7 +254,30 @@ fn run_data<'a>(run: &'a HtmlRun, sources: &dyn SourceFiles) -> RunData<'a> {
         timeline: timeline(profile),
         sources: snippets(&hot_places, sources),
         load: load(profile),
+        memory: memory(profile),
     }
+}
+
+/// The `memory` attachment of a memory recording (the model's `MemoryInfo`), cut to what the
+/// page draws: the RSS and the live sampled heap over time, in MB, and the peak RSS.
+fn memory(profile: &Profile) -> Option<Value> {
+    let info: Value = serde_json::from_slice(profile.attachments.get("memory")?).ok()?;
+    let series = |key: &str| -> Vec<Value> {
+        info[key]
+            .as_array()
+            .map(|points| {
+                points
+                    .iter()
+                    .map(|p| serde_json::json!([p["time_us"].as_f64().unwrap_or(0.0) / 1e6, p["rss_bytes"].as_f64().unwrap_or(0.0) / 1e6]))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Some(serde_json::json!({
+        "peak_rss_mb": info["peak_rss_bytes"].as_f64().map(|b| b / 1e6),
+        "rss_mb": series("rss"),
+        "live_mb": series("live"),
+    }))
 }
 
 /// The `load` attachment (`onefix load`'s JSON result, see

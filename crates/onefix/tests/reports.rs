@@ -540,3 +540,33 @@ fn top_attached_quits_on_ctrl_c_and_leaves_the_target_running() {
     let state = state.rsplit(')').next().unwrap().split_whitespace().next().unwrap().to_owned();
     assert!(state == "R" || state == "S", "the target is left running, not stopped: state {state}");
 }
+
+/// A memory recording's page draws the RSS and the live heap over time, and its flame graph of
+/// retained bytes zooms like any other.
+#[test]
+fn html_report_of_a_memory_recording_draws_rss_and_the_live_heap() {
+    let s = Scratch::new("html-memory");
+    let html = s.path("memory.html");
+    let prog = s.path("grow.py");
+    std::fs::write(
+        &prog,
+        "import time\nkept = []\ndef keep(i):\n    kept.append({'id': i, 'tags': [str(i)] * 20})   # KEEP\n\
+         def churn(i):\n    return sum(len(str(x)) for x in range(i % 50))\n\
+         for i in range(60000):\n    keep(i)\n    churn(i)\n    if i % 10000 == 0:\n        time.sleep(0.05)\n",
+    )
+    .unwrap();
+    let out = onefix()
+        .current_dir(&s.0)
+        .args(["record", "--memory", "--quiet", "-o"])
+        .arg(s.path("mem.onefix"))
+        .arg("--html")
+        .arg(&html)
+        .args(["--", "python3"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = open_in_browser(&html, "html-report-memory.png", "keep");
+    assert_renders_and_zooms(&seen);
+    assert_eq!(seen["memoryCurves"], 2, "RSS and live heap: {seen:#}");
+}

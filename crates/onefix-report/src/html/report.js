@@ -282,7 +282,35 @@
       (t.threads_left_out ? '; ' + t.threads_left_out + ' quieter threads not shown' : '')));
     col.appendChild(box);
     if (run.load) drawLoad(run.load, col);
+    if (run.memory) drawMemory(run.memory, col);
   });
+
+  // A memory recording: the RSS (blue) and the live sampled heap (orange) over time, in MB.
+  function drawMemory(mem, col) {
+    col.appendChild(el('h3', { text: 'Memory' }));
+    col.appendChild(el('div', { cls: 'muted memory-summary' }, 'peak RSS ' + (mem.peak_rss_mb == null ? '?' : (+mem.peak_rss_mb).toFixed(1) + ' MB') +
+      '; RSS in blue, sampled live heap in orange'));
+    var series = [['#4c78a8', mem.rss_mb || []], ['#f58518', mem.live_mb || []]];
+    var end = 0, most = 0;
+    series.forEach(function (s) { s[1].forEach(function (p) { end = Math.max(end, p[0]); most = Math.max(most, p[1]); }); });
+    if (!end || !most) return;
+    var svgNs = 'http://www.w3.org/2000/svg';
+    var svg = document.createElementNS(svgNs, 'svg');
+    svg.setAttribute('viewBox', '0 0 100 40');
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.style.height = '64px';
+    series.forEach(function (s) {
+      if (!s[1].length) return;
+      var poly = document.createElementNS(svgNs, 'polyline');
+      poly.setAttribute('points', s[1].map(function (p) { return (100 * p[0] / end) + ',' + (40 - 40 * p[1] / most); }).join(' '));
+      poly.setAttribute('fill', 'none'); poly.setAttribute('stroke', s[0]); poly.setAttribute('stroke-width', '1.5');
+      poly.setAttribute('vector-effect', 'non-scaling-stroke');
+      svg.appendChild(poly);
+    });
+    var box = el('div', { cls: 'timeline memory' });
+    box.appendChild(el('div', { cls: 'row' }, el('div', { cls: 'name', text: 'MB over ' + end.toFixed(1) + ' s (max ' + most.toFixed(1) + ')' }), svg));
+    col.appendChild(box);
+  }
 
   // The load that drove the target: request rate per window (bars) and latency p50/p99 (lines).
   function drawLoad(load, col) {

@@ -27,6 +27,9 @@ const RSS_EVERY: Duration = Duration::from_millis(100);
 /// How long a target asked to stop may take before it is killed: a program holding a large heap
 /// takes seconds to free it at exit (a Python tracker took 1.5 s with 50,000 peers, and more than
 /// 15 s with 250,000 on a loaded machine).
+/// Points of the live-heap series kept with a memory recording.
+const LIVE_POINTS: usize = 200;
+
 const STOP_GRACE: Duration = Duration::from_secs(30);
 
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
@@ -121,6 +124,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     profile.meta.duration_s = started.elapsed().as_secs_f64();
     profile.meta.exit = Some(exit);
     info.rss = rss;
+    info.live = profile.live_bytes_over_time(LIVE_POINTS);
     info.peak_rss_bytes = peak;
     let user_pythonmalloc = std::env::var("PYTHONMALLOC").ok();
     info.python_malloc_by_onefix = user_pythonmalloc.is_none();
