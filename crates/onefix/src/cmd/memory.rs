@@ -19,7 +19,7 @@ use onefix_report::{write_json, JsonOptions};
 use crate::cli::{MemoryViewArg, OutputArgs, RecordArgs};
 use crate::cmd::outputs;
 use crate::cmd::record::{
-    catch_interrupts, default_output, interrupt_then_kill_after, DrivenLoad, INTERRUPTED, LOAD_ATTACHMENT, SERVER_START_LIMIT,
+    catch_interrupts, default_output, interrupt_then_kill_after, load_plan, DrivenLoad, INTERRUPTED, LOAD_ATTACHMENT, SERVER_START_LIMIT,
 };
 
 /// How often the target's RSS is read.
@@ -38,15 +38,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             "--memory cannot attach to a running process: the allocation agent is loaded with LD_PRELOAD when a program starts, so start it under onefix instead (onefix record --memory -- CMD)"
         );
     }
-    // Everything wrong with a load is said before a server is started for it.
-    let load = match &args.load {
-        Some(spec) => {
-            let cfg = crate::cmd::load::config(&spec.0)?;
-            let addr = onefix_load::target_addr(&cfg).map_err(|e| anyhow::anyhow!("in the load: {e}"))?;
-            Some((cfg, addr))
-        }
-        None => None,
-    };
+    let load = load_plan(&args)?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args));
     let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
     catch_interrupts();

@@ -47,15 +47,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         return crate::cmd::memory::run(args);
     }
     let mode: Mode = args.mode.into();
-    // Everything wrong with a load is said before a server is started for it.
-    let load = match &args.load {
-        Some(spec) => {
-            let cfg = crate::cmd::load::config(&spec.0)?;
-            let addr = onefix_load::target_addr(&cfg).map_err(|e| anyhow::anyhow!("in the load: {e}"))?;
-            Some((cfg, addr))
-        }
-        None => None,
-    };
+    let load = load_plan(&args)?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args));
     // Open the recording before starting anything, so an unwritable path costs the target nothing.
     let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
@@ -450,6 +442,15 @@ pub(crate) fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &one
              pieces waiting on Nagle and delayed ACKs; a proxy; or the client)"
         )
     })
+}
+
+/// The load of `--load` and the address it goes to. Everything wrong with a load is said here,
+/// before a server is started for it.
+pub(crate) fn load_plan(args: &RecordArgs) -> Result<Option<(onefix_load::LoadConfig, std::net::SocketAddr)>> {
+    let Some(spec) = &args.load else { return Ok(None) };
+    let cfg = crate::cmd::load::config(&spec.0)?;
+    let addr = onefix_load::target_addr(&cfg).map_err(|e| anyhow::anyhow!("in the load: {e}"))?;
+    Ok(Some((cfg, addr)))
 }
 
 /// How long a started server may take before its port answers, under `--load`.
