@@ -162,9 +162,17 @@ impl ModuleFile {
     }
 
     fn load_symbolizer(&self) -> Option<addr2line::Loader> {
-        let path = self.open_path.as_ref()?;
-        let debug = self.debug_file(path);
-        debug.and_then(|d| addr2line::Loader::new(d).ok()).or_else(|| addr2line::Loader::new(path).ok())
+        let opened = self.open_path.as_ref()?;
+        // The DWARF is read lazily, at the first address to symbolize. A module opened through
+        // a live process's root (/proc/PID/root/...) can no longer be opened that way once the
+        // process has exited (a short-lived target is symbolized after its end): then its own
+        // path is read instead.
+        let by_name = Path::new(&self.name);
+        let paths = [opened.as_path(), by_name];
+        paths.iter().filter(|p| p.is_absolute()).find_map(|&path| {
+            let debug = self.debug_file(path);
+            debug.and_then(|d| addr2line::Loader::new(d).ok()).or_else(|| addr2line::Loader::new(path).ok())
+        })
     }
 
     /// A separate debug file with DWARF for this module: by build id under
@@ -379,6 +387,25 @@ fn own_vdso() -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_module_whose_opening_path_is_gone_is_read_by_its_own_path() {
+        use object::{Object, ObjectSymbol};
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hot_wait_c");
+        let data = std::fs::read(&fixture).unwrap();
+        let obj = object::File::parse(&*data).unwrap();
+        let main = obj.symbols().find(|s| s.name() == Ok("main")).unwrap().address();
+        // Opened through a path that disappears before the first address is symbolized, as
+        // /proc/PID/root/... does when the process exits.
+        let dir = tempfile::tempdir().unwrap();
+        let transient = dir.path().join("through-root");
+        std::fs::copy(&fixture, &transient).unwrap();
+        let m = ModuleFile::load(0, &fixture.display().to_string(), &transient).unwrap();
+        drop(dir);
+        let frames = m.symbolize(main);
+        assert!(frames.iter().any(|f| f.function == "main"), "{frames:?}");
+    }
+
     use super::*;
 
     fn fixture(name: &str) -> PathBuf {
