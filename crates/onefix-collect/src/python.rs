@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use onefix_model::{Frame, FrameKind, Profile, Sample, ThreadState};
+use onefix_model::{python_frame_can_start_stack, Frame, FrameKind, Profile, Sample, ThreadState};
 use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
@@ -189,7 +189,7 @@ fn thread_key(trace: &StackTrace) -> u64 {
 /// A Python stack whose outermost frame cannot start a thread was torn by the target moving on
 /// while it was read (see [`Frame::can_start_stack`]).
 fn looks_torn(trace: &StackTrace) -> bool {
-    trace.frames.last().is_some_and(|outer| outer.module.is_none() && !convert_frame(outer).can_start_stack())
+    trace.frames.last().is_some_and(|outer| outer.module.is_none() && !python_frame_can_start_stack(&outer.name, &outer.filename))
 }
 
 /// Whether a stack is an asyncio event loop waiting in its selector.

@@ -57,11 +57,7 @@ impl Frame {
     /// function was read while the target changed it (a torn read), so its caller is unknown.
     /// Native frames are always accepted: their roots vary by runtime.
     pub fn can_start_stack(&self) -> bool {
-        if self.kind != FrameKind::Python || self.function == "<module>" {
-            return true;
-        }
-        const BOOTSTRAPS: [&str; 5] = ["/threading.py", "<frozen runpy>", "/runpy.py", "/_pytest/", "/multiprocessing/"];
-        BOOTSTRAPS.iter().any(|b| self.file.contains(b))
+        self.kind != FrameKind::Python || python_frame_can_start_stack(&self.function, &self.file)
     }
 
     /// `function (file:line)` with the file shortened to its last component, as profilers
@@ -79,6 +75,13 @@ impl Frame {
             format!("{} ({}:{})", self.function, base, self.line)
         }
     }
+}
+
+/// [`Frame::can_start_stack`] for a Python frame given by its function and file, for callers
+/// that hold a collector's frame and should not build a [`Frame`] to ask (the sampling path).
+pub fn python_frame_can_start_stack(function: &str, file: &str) -> bool {
+    const BOOTSTRAPS: [&str; 5] = ["/threading.py", "<frozen runpy>", "/runpy.py", "/_pytest/", "/multiprocessing/"];
+    function == "<module>" || BOOTSTRAPS.iter().any(|b| file.contains(b))
 }
 
 /// What the sampled thread was doing at the sample, as bit flags so that states combine.
