@@ -3,6 +3,9 @@
 //! They assert which line wins and what kind of cost it is; the one timing (the serial version's
 //! bound against the concurrent version's measured speedup) is measured in the same run.
 
+mod common;
+use common::{Scratch, line_of, repo};
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,41 +15,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
 fn program() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/asyncio/fetch_many.py")
 }
 
-/// The 1-based line of `file` that contains `marker`.
-fn line_of(file: &Path, marker: &str) -> u64 {
-    let text = std::fs::read_to_string(file).unwrap();
-    let hits: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
-    assert_eq!(hits.len(), 1, "marker {marker:?} must occur once in {}", file.display());
-    hits[0] as u64
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("onefix-asyncio-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A kept-alive HTTP/1.1 server on 127.0.0.1 that answers each request after `delay` with a
 /// 8 KiB body, a thread per connection, as a slow backend would. Stops accepting when dropped.

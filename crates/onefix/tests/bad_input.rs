@@ -7,38 +7,15 @@
 //! empty and missing recordings, a cut recording, a closed port, `{{int 5}}`, `--rate fast` and
 //! `--duration soon` on `record`) are not repeated here.
 
+mod common;
+use common::{Scratch, onefix};
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-fn onefix() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_onefix"))
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("onefix-bad-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-    fn arg(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// The one sentence onefix printed on stderr: asserts there is exactly one (clap's pointer to
 /// `--help` aside), and no panic, backtrace or multi-line error chain.

@@ -2,47 +2,14 @@
 //! *which* line wins and what kind of cost it is, never how fast anything ran (except the lab
 //! cases, whose gain bound is compared with the speedup measured in the same test run).
 
+mod common;
+use common::{Scratch, line_of, onefix, repo};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn onefix() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_onefix"))
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("onefix-live-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The 1-based line of `file` that contains `marker`: tests find lines by their text, so
-/// editing a program never silently breaks what a test checks.
-fn line_of(file: &Path, marker: &str) -> u64 {
-    let text = std::fs::read_to_string(file).unwrap();
-    let hits: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
-    assert_eq!(hits.len(), 1, "marker {marker:?} must occur once in {}", file.display());
-    hits[0] as u64
-}
 
 /// Records `python3 program` from the scratch directory; see [`record_command`].
 fn record(scratch: &Scratch, extra: &[&str], program: &Path) -> (Value, Output) {

@@ -1,38 +1,13 @@
 //! `onefix record --memory` end to end: the tracker story's line at rank 1 (not on the fixed
 //! tracker), a native program's retaining and churning sites, and the refusal of --pid.
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::{Scratch, line_of, repo};
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("onefix-memory-test-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn line_of(file: &Path, marker: &str) -> u64 {
-    let text = std::fs::read_to_string(file).unwrap();
-    text.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("{marker} in {}", file.display())) as u64 + 1
-}
 
 fn tracker(variant: &str, s: &Scratch) -> (Value, Value) {
     let json = s.path(&format!("{variant}.json"));

@@ -3,34 +3,14 @@
 //! functions and lines must be the ones onefix's own summary names, with the same weights;
 //! their speedscope files through speedscope's schema; HTML reports in headless chromium.
 
+mod common;
+use common::{Scratch, onefix};
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
 
-fn onefix() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_onefix"))
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("onefix-reports-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir.canonicalize().unwrap())
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Records `command` in the scratch directory with `--json` and `--pprof`, and returns the report.
 fn record_with_pprof(s: &Scratch, extra: &[&str], command: &[&Path]) -> Value {

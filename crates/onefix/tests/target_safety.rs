@@ -5,6 +5,9 @@
 //!
 //! Every server listens on 127.0.0.1, every loop is bounded, every child is killed on drop.
 
+mod common;
+use common::{Scratch, onefix};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
@@ -16,32 +19,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn onefix() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_onefix"))
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("onefix-safety-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-    fn arg(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A target process, killed and reaped when the test ends, however it ends.
 struct Target(Child);

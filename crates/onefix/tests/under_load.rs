@@ -3,35 +3,16 @@
 //! named; a fixed server's recording compared with the slow one shows that line's cost gone.
 //! The assertions are about which line and what kind, never about how fast anything ran.
 
+mod common;
+use common::{free_port, line_of, onefix, Scratch};
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value;
 
-fn onefix() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_onefix"))
-}
-
 fn server() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/servers/catalog_api.py").canonicalize().unwrap()
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("onefix-under-load-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn line_of(file: &Path, marker: &str) -> u64 {
-    let text = std::fs::read_to_string(file).unwrap();
-    let hits: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
-    assert_eq!(hits.len(), 1, "marker {marker:?} must occur once in {}", file.display());
-    hits[0] as u64
 }
 
 /// Profiles the catalog server (slow or fixed) under a 4-second open-loop load.
@@ -66,7 +47,8 @@ fn record_under_load(dir: &Path, variant: &str) -> (Value, Value, Output) {
 
 #[test]
 fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_compared() {
-    let dir = scratch("catalog");
+    let scratch = Scratch::new("under-load-catalog");
+    let dir = scratch.0.clone();
     let parse_line = line_of(&server(), "return json.load(f)");
 
     let (slow, slow_load, out) = record_under_load(&dir, "slow");
@@ -119,7 +101,6 @@ fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_com
         "the parse line's cost must go away: {parse:#}"
     );
     assert!(parse["cost"]["mean_a"].as_f64().unwrap() > 0.0);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn one_sentence_failure(out: &Output, expect: &str) {
@@ -131,7 +112,8 @@ fn one_sentence_failure(out: &Output, expect: &str) {
 
 #[test]
 fn a_bad_load_is_refused_before_the_server_starts_and_a_server_that_never_listens_is_one_sentence() {
-    let dir = scratch("bad");
+    let scratch = Scratch::new("under-load-bad");
+    let dir = scratch.0.clone();
     let marker = dir.join("started");
     // The template is invalid: nothing may be started.
     let out = onefix()
@@ -153,7 +135,6 @@ fn a_bad_load_is_refused_before_the_server_starts_and_a_server_that_never_listen
     one_sentence_failure(&out, "");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every server in tests/servers with a planted mistake (`# CULPRIT`) and the path its load
@@ -161,7 +142,8 @@ fn a_bad_load_is_refused_before_the_server_starts_and_a_server_that_never_listen
 /// rank 1. These servers were written to try onefix as a new user would, not tuned to it.
 #[test]
 fn servers_with_a_planted_mistake_have_it_named_under_load() {
-    let dir = scratch("planted");
+    let scratch = Scratch::new("under-load-planted");
+    let dir = scratch.0.clone();
     let servers = server().parent().unwrap().to_path_buf();
     let mut tried = 0;
     let mut wrong = Vec::new();
@@ -203,7 +185,6 @@ fn servers_with_a_planted_mistake_have_it_named_under_load() {
     }
     assert!(tried >= 3, "expected the planted servers in {}", servers.display());
     assert!(wrong.is_empty(), "{wrong:#?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The tracker story end to end: each tracker is started with the allocation agent, loaded
@@ -211,7 +192,8 @@ fn servers_with_a_planted_mistake_have_it_named_under_load() {
 /// the two recordings shows the memory (and the load) side by side.
 #[test]
 fn the_tracker_under_load_names_the_retaining_line_and_compare_shows_the_memory_difference() {
-    let dir = scratch("tracker");
+    let scratch = Scratch::new("under-load-tracker");
+    let dir = scratch.0.clone();
     let lab = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../lab/tracker").canonicalize().unwrap();
     for variant in ["slow", "fixed"] {
         let port = free_port();
@@ -249,5 +231,4 @@ fn the_tracker_under_load_names_the_retaining_line_and_compare_shows_the_memory_
     let peak: Vec<u64> = c["peak_rss_bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert!(peak[0] > peak[1], "{c:#}");
     assert!(c["load"]["latency"]["mean_a"].is_number(), "the loads are compared too: {c:#}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

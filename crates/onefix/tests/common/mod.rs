@@ -1,0 +1,53 @@
+//! Helpers shared by the onefix binary's integration tests (each test file is its own crate and
+//! uses only some of them).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub fn onefix() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_onefix"))
+}
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// A private directory for one test, removed when the test ends.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("onefix-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+    /// [`Scratch::path`] as a command-line argument.
+    pub fn arg(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The 1-based line of `file` that contains `marker`: tests find lines by their text, so
+/// editing a program never silently breaks what a test checks.
+pub fn line_of(file: &Path, marker: &str) -> u64 {
+    let text = std::fs::read_to_string(file).unwrap();
+    let hits: Vec<usize> = text.lines().enumerate().filter(|(_, l)| l.contains(marker)).map(|(i, _)| i + 1).collect();
+    assert_eq!(hits.len(), 1, "marker {marker:?} must occur once in {}", file.display());
+    hits[0] as u64
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
