@@ -142,11 +142,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for warning in sampler.warnings() {
         eprintln!("onefix: {warning}");
     }
-    if language == Language::Native && executable_has_no_symbols(&profile, &exe) {
-        eprintln!(
-            "onefix: {exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
-        );
-    }
     let asyncio_notes = sampler.asyncio_notes(mode);
     drop(sampler);
 
@@ -194,6 +189,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         // The file holds metadata alone: nothing worth keeping.
         let _ = std::fs::remove_file(&output);
         bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
+    }
+    // Said only of a recording that holds samples: with none, the one sentence is that.
+    if language == Language::Native && executable_has_no_symbols(&profile, &exe) {
+        eprintln!(
+            "onefix: {exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
+        );
     }
     let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     diagnosis.notes.extend(asyncio_notes);
