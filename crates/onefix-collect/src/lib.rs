@@ -3,6 +3,7 @@
 
 pub mod asyncio;
 mod error;
+pub mod kept;
 pub mod process;
 mod python;
 mod record;

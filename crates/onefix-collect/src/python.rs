@@ -19,6 +19,10 @@ pub struct PythonOptions {
     pub gil_only: bool,
     /// Also sample every Python descendant process (workers, pools).
     pub subprocesses: bool,
+    /// Read the stacks without pausing the target. Cheaper for the target, but a read races
+    /// with the interpreter: in deep, fast-changing code (the code most worth naming) a good
+    /// share of reads tear or fail and are lost, which biases the shares against that code.
+    pub nonblocking: bool,
 }
 
 /// Samples one Python process, or a tree of them.
@@ -61,7 +65,10 @@ impl PythonSampler {
             return Err(CollectError::NoSuchProcess(pid));
         }
         let mut config = Config {
-            blocking: if opts.native { LockingStrategy::Lock } else { LockingStrategy::NonBlocking },
+            // Paused reads by default, as py-spy does: measured on pydantic schema generation,
+            // 27% of non-blocking reads came back torn and 9% failed, which cut the culprit's
+            // share from 94% to 88%; paused, none did, for about 8% longer calls at 100 Hz.
+            blocking: if opts.native || !opts.nonblocking { LockingStrategy::Lock } else { LockingStrategy::NonBlocking },
             native: opts.native,
             gil_only: opts.gil_only,
             include_idle: true,

@@ -3,13 +3,14 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, IsTerminal};
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, ExitStatus};
+use std::process::{Command, ExitCode, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use onefix_collect::asyncio::{AsyncioChannel, AsyncioTasks, TaskMerge};
+use onefix_collect::kept::KeptChild;
 use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Sampler, Schedule, StopReason};
 use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
@@ -277,7 +278,7 @@ fn signal_name(sig: i32) -> String {
 
 /// The sampler for the kind of program the target is, and what it brings with it.
 pub(crate) enum TargetSampler {
-    Python { sampler: PythonSampler, child: Option<Child> },
+    Python { sampler: PythonSampler, child: Option<KeptChild> },
     Native { sampler: NativeSampler, spawned: bool },
 }
 
@@ -388,7 +389,7 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
             .ok(),
         _ => None,
     };
-    let mut child: Option<Child> = None;
+    let mut child: Option<KeptChild> = None;
     let pid = match args.pid {
         Some(pid) => pid,
         None => {
@@ -397,7 +398,8 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
             if let Some(channel) = &asyncio_channel {
                 command.envs(channel.env());
             }
-            let c = command.spawn().map_err(|e| match e.kind() {
+            // Under a keeper, so that a paused read cannot take the command's exit status.
+            let c = KeptChild::spawn(&mut command).map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
                 std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
                 _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
@@ -407,7 +409,7 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
             pid
         }
     };
-    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
+    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses, nonblocking: args.nonblocking };
     let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
     let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
     if let Some(channel) = asyncio_channel {
@@ -511,7 +513,7 @@ pub(crate) fn default_output(args: &RecordArgs) -> PathBuf {
 }
 
 /// Turns an attach failure into the sentence to print, stopping a child we started.
-fn attach_failed(e: CollectError, child: Option<&mut Child>) -> anyhow::Error {
+fn attach_failed(e: CollectError, child: Option<&mut KeptChild>) -> anyhow::Error {
     let Some(child) = child else { return e.into() };
     if let CollectError::ExitedEarly { .. } = e {
         let status = child.wait().ok().map(exit_of);
@@ -523,7 +525,7 @@ fn attach_failed(e: CollectError, child: Option<&mut Child>) -> anyhow::Error {
 }
 
 /// Asks a child we started to stop (SIGINT, as Ctrl-C would), then insists.
-fn stop_child(child: &mut Child) {
+fn stop_child(child: &mut KeptChild) {
     let pid = child.id();
     interrupt_then_kill(pid, || matches!(child.try_wait(), Ok(Some(_))));
 }
@@ -535,7 +537,9 @@ pub(crate) fn interrupt_then_kill(pid: u32, ended: impl FnMut() -> bool) {
 
 /// SIGINT, up to `grace` for `ended` to turn true, then SIGKILL.
 pub(crate) fn interrupt_then_kill_after(pid: u32, grace: Duration, mut ended: impl FnMut() -> bool) {
-    // SAFETY: plain kill(2) on our own child's pid, which is not yet reaped.
+    // SAFETY: plain kill(2) on a process we started (or its keeper's child), which has not
+    // been waited for by us: its pid is not yet free for reuse, bar the instant between its
+    // keeper reaping it and exiting.
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
