@@ -214,11 +214,8 @@ def all_configs(target_name):
         ("unprofiled", lambda argv: argv, None),
         ("onefix 100 Hz", lambda argv: [ONEFIX, "record", "--rate", "100", "-o", rec("o100"), "--json", js("o100"), "--quiet", "--"] + argv, js("o100")),
         ("onefix 1000 Hz", lambda argv: [ONEFIX, "record", "--rate", "1000", "-o", rec("o1000"), "--json", js("o1000"), "--quiet", "--"] + argv, js("o1000")),
-        ("onefix nonblocking 100 Hz", lambda argv: [ONEFIX, "record", "--nonblocking", "--rate", "100", "-o", rec("n100"), "--json", js("n100"), "--quiet", "--"] + argv, js("n100")),
-        # py-spy's default, like onefix's, pauses the target for each read.
-        ("py-spy 100 Hz", lambda argv: [PYSPY, "record", "--idle", "-r", "100", "-o", "/dev/null", "-f", "raw", "--"] + argv, None),
-        ("py-spy 1000 Hz", lambda argv: [PYSPY, "record", "--idle", "-r", "1000", "-o", "/dev/null", "-f", "raw", "--"] + argv, None),
-        ("py-spy nonblocking 100 Hz", lambda argv: [PYSPY, "record", "--nonblocking", "--idle", "-r", "100", "-o", "/dev/null", "-f", "raw", "--"] + argv, None),
+        ("py-spy 100 Hz", lambda argv: [PYSPY, "record", "--nonblocking", "--idle", "-r", "100", "-o", "/dev/null", "-f", "raw", "--"] + argv, None),
+        ("py-spy 1000 Hz", lambda argv: [PYSPY, "record", "--nonblocking", "--idle", "-r", "1000", "-o", "/dev/null", "-f", "raw", "--"] + argv, None),
     ]
 
 
@@ -355,7 +352,7 @@ def long_run():
             if kids:
                 dur = max(1, int(LONG_SECONDS - t - 5))
                 pyspy["proc"] = subprocess.Popen(
-                    [PYSPY, "record", "--idle", "-r", "100", "-o", "/dev/null", "-f", "raw",
+                    [PYSPY, "record", "--nonblocking", "--idle", "-r", "100", "-o", "/dev/null", "-f", "raw",
                      "--pid", str(kids[0]), "-d", str(dur)],
                     stdout=open(os.path.join(TMP, "long-pyspy.err"), "w"), stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True)

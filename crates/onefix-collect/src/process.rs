@@ -90,6 +90,32 @@ pub fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
+/// Lets go of every thread of `pid` still ptrace-attached to the calling thread, and says how
+/// many there were. A paused read (py-spy's lock mode) seizes each thread and detaches it after
+/// the read; a thread that began to exit during the read cannot be detached then (it is not in
+/// a stop yet), and later stops at its exit event, waiting for its tracer. Left so, it blocks
+/// the target's exit (and any join of that thread), so the sampler calls this between reads.
+/// Only the tracer thread itself may detach, hence "the calling thread".
+pub fn release_traced_threads(pid: u32) -> usize {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::gettid() } as u32;
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    let mut released = 0;
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(status) = fs::read_to_string(task.path().join("status")) else { continue };
+        let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok());
+        if tracer == Some(me) {
+            // SAFETY: PTRACE_DETACH of a thread this thread traces; it fails harmlessly (ESRCH)
+            // when the thread is not in a stop yet, and is retried at the next call.
+            if unsafe { libc::ptrace(libc::PTRACE_DETACH, tid as libc::pid_t, 0usize, 0usize) } == 0 {
+                released += 1;
+            }
+        }
+    }
+    released
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,10 +19,6 @@ pub struct PythonOptions {
     pub gil_only: bool,
     /// Also sample every Python descendant process (workers, pools).
     pub subprocesses: bool,
-    /// Read the stacks without pausing the target. Cheaper for the target, but a read races
-    /// with the interpreter: in deep, fast-changing code (the code most worth naming) a good
-    /// share of reads tear or fail and are lost, which biases the shares against that code.
-    pub nonblocking: bool,
 }
 
 /// Samples one Python process, or a tree of them.
@@ -34,6 +30,8 @@ pub struct PythonSampler {
     /// Descendants that were tried and are not (yet) readable Python, with the attempt count.
     tried: HashMap<u32, u32>,
     last_scan: Instant,
+    /// When threads left attached by a paused read were last let go (`native` only).
+    last_release: Instant,
     /// Interpreter version of the first process attached, e.g. "3.11.7".
     pub version: String,
     /// Await chains from the bootstrap of a program onefix started (see [`crate::asyncio`]).
@@ -65,10 +63,7 @@ impl PythonSampler {
             return Err(CollectError::NoSuchProcess(pid));
         }
         let mut config = Config {
-            // Paused reads by default, as py-spy does: measured on pydantic schema generation,
-            // 27% of non-blocking reads came back torn and 9% failed, which cut the culprit's
-            // share from 94% to 88%; paused, none did, for about 8% longer calls at 100 Hz.
-            blocking: if opts.native || !opts.nonblocking { LockingStrategy::Lock } else { LockingStrategy::NonBlocking },
+            blocking: if opts.native { LockingStrategy::Lock } else { LockingStrategy::NonBlocking },
             native: opts.native,
             gil_only: opts.gil_only,
             include_idle: true,
@@ -87,6 +82,7 @@ impl PythonSampler {
             spies: Vec::new(),
             tried: HashMap::new(),
             last_scan: Instant::now(),
+            last_release: Instant::now(),
             version: String::new(),
             asyncio: None,
             saw_event_loop: false,
@@ -252,6 +248,18 @@ fn convert_frame(f: &py_spy::Frame) -> Frame {
     }
 }
 
+impl PythonSampler {
+    /// Paused reads (`native`): lets go of any thread of the sampled processes that a read left
+    /// attached because it was exiting (see [`process::release_traced_threads`]). Call from the
+    /// thread that samples.
+    pub fn release_traced_threads(&self) -> usize {
+        if !self.opts.native {
+            return 0;
+        }
+        self.spies.iter().map(|spy| process::release_traced_threads(spy.pid)).sum()
+    }
+}
+
 impl Sampler for PythonSampler {
     fn tick(&mut self, profile: &mut Profile, time_us: u64) -> Tick {
         if self.opts.subprocesses && self.last_scan.elapsed() >= SCAN_EVERY {
@@ -301,6 +309,10 @@ impl Sampler for PythonSampler {
                 Err(_) if !process::is_running(spy.pid) => spy.gone = true,
                 Err(_) => failed = true,
             }
+        }
+        if self.opts.native && self.last_release.elapsed() >= SCAN_EVERY {
+            self.release_traced_threads();
+            self.last_release = Instant::now();
         }
         let all_gone = self.spies.iter().all(|s| s.gone);
         if all_gone && !(self.opts.subprocesses && process::is_running(self.root)) {

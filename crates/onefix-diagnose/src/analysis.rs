@@ -72,6 +72,8 @@ struct StackFacts {
     /// lock: a knowledge-base entry for blocked time). Such a thread is waiting even when the
     /// OS said it was runnable: it had just been woken and was waiting for a CPU.
     waiting_call: bool,
+    /// The frontier is a module's top level run by an import: once per process.
+    importing: bool,
 }
 
 #[derive(Default)]
@@ -80,6 +82,8 @@ struct LineAcc {
     weight: u64,
     self_weight: u64,
     blocked: u64,
+    /// Weight seen while a module was being imported (see [`StackFacts::importing`]).
+    importing: u64,
     windows: Vec<u64>,
     /// First and last time the line was seen, in µs: the stretch of the run that repeats it.
     first_us: u64,
@@ -217,8 +221,12 @@ impl Engine<'_> {
         if line == Some(self.lines.len()) {
             self.lines.push(LineAcc { frame: frontier.unwrap(), ..LineAcc::default() });
         }
+        let importing = frontier_at.is_some_and(|i| {
+            self.profile.frame(leaf_first[i]).function == "<module>"
+                && leaf_first[i + 1..].iter().any(|&f| self.profile.frame(f).is_import_machinery())
+        });
         let i = self.stack_facts.len();
-        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call });
+        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call, importing });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
     }
@@ -338,8 +346,12 @@ impl Engine<'_> {
                 continue;
             };
             let is_self = facts.beneath.is_empty();
+            let importing = facts.importing;
             let acc = &mut self.lines[line];
             acc.weight += w;
+            if importing {
+                acc.importing += w;
+            }
             if is_self {
                 acc.self_weight += w;
             }
@@ -427,6 +439,15 @@ impl Engine<'_> {
                 seen as f64 / active_window_count as f64
             };
             let frame = profile.frame(self.lines[l].frame).clone();
+            if self.lines[l].importing * 2 > self.lines[l].weight {
+                notes.push(format!(
+                    "{}:{} took {:.0}% while its module was being imported (start-up, once per process), so it is not a finding",
+                    short(&frame.file),
+                    frame.line,
+                    share(self.lines[l].weight) * 100.0
+                ));
+                continue;
+            }
             if active_window_count >= 4 && recurrence < opts.min_recurrence {
                 notes.push(format!(
                     "{}:{} took {:.0}% but only in {:.0}% of the time windows (start-up or a one-off), so it is not a finding",
@@ -879,6 +900,37 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.frame == "httpx._config.create_ssl_context"), "{:?}", f.evidence);
         assert_eq!(d.hot_lines[1].line, 14);
         assert!((d.hot_lines[1].self_share - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_module_top_level_run_by_an_import_is_start_up_however_short_the_run() {
+        // A short run spends much of its time importing: a model class built at a module's top
+        // level costs schema work, but once per process, whatever the share.
+        let schema = |top: &'static str| {
+            let mut stack = vec![("<module>", "/app/main.py", 3)];
+            if top == "imported" {
+                stack.push(("_find_and_load", "<frozen importlib._bootstrap>", 1176));
+                stack.push(("_call_with_frames_removed", "<frozen importlib._bootstrap>", 241));
+                stack.push(("<module>", "/app/models.py", 23));
+            } else {
+                stack.push(("build", "/app/main.py", 9));
+            }
+            stack.push(("GenerateSchema.generate_schema", "/venv/lib/python3.11/site-packages/pydantic/_internal/_generate_schema.py", 400));
+            stack
+        };
+        for (top, finding) in [("imported", false), ("called", true)] {
+            let mut b = Builder::new();
+            for ms in 0..30 {
+                if ms % 3 == 0 {
+                    b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 5), ("ping", "/app/main.py", 14)]);
+                } else {
+                    b.add(1, ms * 10, true, &schema(top));
+                }
+            }
+            let d = b.diagnose("/app");
+            assert_eq!(d.findings.iter().any(|f| f.kind == "repeated-setup"), finding, "{top}: {d:#?}");
+            assert_eq!(d.notes.iter().any(|n| n.contains("being imported")), !finding, "{top}: {:?}", d.notes);
+        }
     }
 
     #[test]

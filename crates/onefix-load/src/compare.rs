@@ -2,8 +2,10 @@
 //! significance test and a confidence interval.
 //!
 //! The samples are the runs' windows (a second each by default): the mean latency of each
-//! window and its throughput. Welch's t-test compares the means of A's and B's windows (no
-//! equal-variance assumption); the 95% interval of the speedup (mean of A / mean of B for
+//! window and its throughput. Welch's t-test compares A's and B's windows (no equal-variance
+//! assumption) on a log scale, i.e. their geometric means: a speedup is a ratio, and latency
+//! windows are skewed, so one stalled second in A's run (a 2 s window among 10 ms ones) must
+//! not drown a 70x difference in its variance, as it does on the raw scale; the 95% interval of the speedup (mean of A / mean of B for
 //! latency, B / A for throughput) is a percentile bootstrap over the windows, seeded, so the same
 //! inputs give the same interval. Windows of one run are not fully independent (a slow second
 //! tends to follow a slow second), so treat p-values near the threshold with care; repeated runs
@@ -187,6 +189,17 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<WelchTest> {
     Some(WelchTest { t, df, p_value: t_two_sided_p(t, df) })
 }
 
+/// Welch's test on the logarithms of the values (their geometric means), or on the values
+/// themselves when one is not positive (a window that completed nothing).
+pub fn welch_of_logs(a: &[f64], b: &[f64]) -> Option<WelchTest> {
+    if a.iter().chain(b).all(|&x| x > 0.0) {
+        let ln = |v: &[f64]| v.iter().map(|x| x.ln()).collect::<Vec<f64>>();
+        welch(&ln(a), &ln(b))
+    } else {
+        welch(a, b)
+    }
+}
+
 /// Percentile bootstrap interval of `ratio(mean(a), mean(b))`, resampling each side.
 pub fn bootstrap_ci(a: &[f64], b: &[f64], ratio: fn(f64, f64) -> f64, seed: u64) -> Option<[f64; 2]> {
     if a.len() < 2 || b.len() < 2 {
@@ -241,7 +254,7 @@ fn request_part(url: &str) -> &str {
 pub fn metric(name: &str, a: &[f64], b: &[f64], speedup_of: fn(f64, f64) -> f64) -> Metric {
     let (mean_a, mean_b) = if a.is_empty() || b.is_empty() { (f64::NAN, f64::NAN) } else { (mean(a), mean(b)) };
     let speedup = speedup_of(mean_a, mean_b);
-    let test = welch(a, b);
+    let test = welch_of_logs(a, b);
     let ci95 = bootstrap_ci(a, b, speedup_of, 0x5eed_0f1f);
     let significant = match (&test, ci95) {
         (Some(t), Some([lo, hi])) => t.p_value < ALPHA && (lo > 1.0 || hi < 1.0),
@@ -332,7 +345,7 @@ pub fn render(c: &Comparison, a: &LoadResult, b: &LoadResult, name_a: &str, name
     let _ = writeln!(s, "  throughput  {}", c.throughput.verdict);
     let _ = writeln!(
         s,
-        "  (per-window means; Welch's t-test, 95% bootstrap interval; speedup above 1 means B is faster)"
+        "  (per-window means; Welch's t-test on their logarithms, 95% bootstrap interval; speedup above 1 means B is faster)"
     );
     if a.target_rps.is_some() != b.target_rps.is_some() || a.target_rps != b.target_rps {
         let _ = writeln!(s, "  note: A and B ran under different loads; the comparison may not be fair");
@@ -455,6 +468,23 @@ mod tests {
         // The other way round, B is slower.
         let c = compare(&b, &a);
         assert!(c.verdict.starts_with("B is slower: 0.5"), "{}", c.verdict);
+    }
+
+    #[test]
+    fn one_stalled_window_does_not_hide_a_large_speedup() {
+        // The slow run's latency has a tail: one window stalled for 2 s among 10 ms ones. On
+        // the raw scale its variance swamps a difference of more than 60x (p about 0.4).
+        let mut a = synthetic(10.0, 1.0, 100.0, 5, 8);
+        a.windows[3].latency_ms.mean = 2000.0;
+        let b = synthetic(0.15, 0.01, 100.0, 5, 9);
+        let raw: Vec<f64> = a.windows.iter().map(|w| w.latency_ms.mean).collect();
+        let fast: Vec<f64> = b.windows.iter().map(|w| w.latency_ms.mean).collect();
+        assert!(welch(&raw, &fast).unwrap().p_value > 0.05, "the raw-scale test misses it");
+        let c = compare(&a, &b);
+        assert!(c.latency.significant, "{:?}", c.latency);
+        assert!(c.verdict.starts_with("B is faster: "), "{}", c.verdict);
+        // A window that completed nothing has no logarithm: the raw test is used.
+        assert!(welch_of_logs(&[0.0, 1.0, 2.0], &[1.0, 2.0, 3.0]).is_some());
     }
 
     #[test]

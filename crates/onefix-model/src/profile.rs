@@ -60,6 +60,12 @@ impl Frame {
         self.kind != FrameKind::Python || python_frame_can_start_stack(&self.function, &self.file)
     }
 
+    /// Python's import machinery (`importlib._bootstrap`), which runs a module's top level
+    /// once per process: a line under it is start-up, however often a short run saw it.
+    pub fn is_import_machinery(&self) -> bool {
+        self.kind == FrameKind::Python && (self.file.starts_with("<frozen importlib._bootstrap") || self.file.ends_with("/importlib/_bootstrap.py") || self.file.ends_with("/importlib/_bootstrap_external.py"))
+    }
+
     /// `function (file:line)` with the file shortened to its last component, as profilers
     /// print frames.
     pub fn label(&self) -> String {

@@ -84,13 +84,9 @@ pub struct RecordArgs {
     pub rate: f64,
     #[arg(long, value_enum, default_value_t = ModeArg::Wall)]
     pub mode: ModeArg,
-    /// Merge native (C extension) frames into Python stacks.
+    /// Merge native (C extension) frames into Python stacks; pauses the target while reading.
     #[arg(long)]
     pub native: bool,
-    /// Read Python stacks without pausing the target (by default each read pauses it for a
-    /// fraction of a millisecond); cheaper, but reads of deep, fast-changing code tear and are lost.
-    #[arg(long, conflicts_with = "native")]
-    pub nonblocking: bool,
     /// Keep only the thread holding the GIL.
     #[arg(long)]
     pub gil: bool,

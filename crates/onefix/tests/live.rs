@@ -413,7 +413,10 @@ fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
     let at = |marker: &str| findings.iter().find(|f| f["line"] == line_of(&src, marker)).unwrap_or_else(|| panic!("no finding at {marker}: {report:#}"));
     assert_eq!(at("// CERTS")["rule"], "tls-trust-store", "{report:#}");
     assert_eq!(at("// REGEX")["rule"], "regex-compile", "{report:#}");
-    assert_eq!(findings[0]["line"], line_of(&src, "// CERTS"), "the costlier set-up first: {report:#}");
+    // Which of the two costs more depends on the machine (they are close here): the findings
+    // must come costlier first, whichever it is.
+    let shares: Vec<f64> = findings.iter().map(|f| f["share"].as_f64().unwrap()).collect();
+    assert!(shares.windows(2).all(|w| w[0] >= w[1]), "the costlier set-up first: {report:#}");
 }
 
 const PROCESS_POOL: &str = r#"

@@ -306,16 +306,20 @@ impl TargetSampler {
     /// Ends sampling; stops a child we started when it is still running, and reaps it.
     pub(crate) fn stop(&mut self, profile: &mut Profile, elapsed_us: u64, target_exited: bool, pid: u32) -> TargetExit {
         match self {
-            TargetSampler::Python { child, .. } => match child.as_mut() {
-                Some(c) => {
-                    if !target_exited {
-                        stop_child(c);
+            TargetSampler::Python { child, sampler } => {
+                // A thread that a paused read left attached would hold the target's exit.
+                sampler.release_traced_threads();
+                match child.as_mut() {
+                    Some(c) => {
+                        if !target_exited {
+                            stop_child_releasing(c, sampler);
+                        }
+                        wait_releasing(c, sampler).map(exit_of).unwrap_or(TargetExit::Unknown)
                     }
-                    c.wait().map(exit_of).unwrap_or(TargetExit::Unknown)
+                    None if process::is_running(pid) => TargetExit::StillRunning,
+                    None => TargetExit::Unknown,
                 }
-                None if process::is_running(pid) => TargetExit::StillRunning,
-                None => TargetExit::Unknown,
-            },
+            }
             TargetSampler::Native { sampler, spawned } => {
                 if !target_exited {
                     sampler.finish(profile, elapsed_us);
@@ -409,7 +413,7 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
             pid
         }
     };
-    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses, nonblocking: args.nonblocking };
+    let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
     let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
     let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
     if let Some(channel) = asyncio_channel {
@@ -522,6 +526,27 @@ fn attach_failed(e: CollectError, child: Option<&mut KeptChild>) -> anyhow::Erro
     stop_child(child);
     let _ = child.wait();
     e.into()
+}
+
+/// Waits for a started Python target, letting go of any of its threads a paused read left
+/// attached as they reach their exit.
+fn wait_releasing(child: &mut KeptChild, sampler: &PythonSampler) -> std::io::Result<ExitStatus> {
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        sampler.release_traced_threads();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// [`stop_child`], letting go of threads left attached meanwhile.
+fn stop_child_releasing(child: &mut KeptChild, sampler: &PythonSampler) {
+    let pid = child.id();
+    interrupt_then_kill(pid, || {
+        sampler.release_traced_threads();
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
 }
 
 /// Asks a child we started to stop (SIGINT, as Ctrl-C would), then insists.

@@ -40,7 +40,6 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         rate: args.rate,
         mode: args.mode,
         native: false,
-        nonblocking: false,
         gil: false,
         subprocesses: false,
         output: None,
