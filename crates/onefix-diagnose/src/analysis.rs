@@ -47,6 +47,11 @@ const IN_FLIGHT_WINDOW_US: u64 = 50_000;
 const OVERLAPPING_WAITS: f64 = 1.5;
 /// Threads counted per window: more than this is overlap enough.
 const MAX_THREADS_PER_WINDOW: usize = 16;
+/// A torn read is charged to the line that holds this share of the clean reads with its
+/// innermost frame...
+const TORN_SOLE_LINE: f64 = 0.9;
+/// ...when there are at least this many of them (weight).
+const TORN_MIN_CLEAN: u64 = 5;
 
 struct FrameFacts {
     origin: Origin,
@@ -74,6 +79,8 @@ struct StackFacts {
     waiting_call: bool,
     /// The frontier is a module's top level run by an import: once per process.
     importing: bool,
+    /// The innermost frame: read first, so right even when the rest of the read tore.
+    leaf: Option<FrameId>,
 }
 
 #[derive(Default)]
@@ -226,7 +233,8 @@ impl Engine<'_> {
                 && leaf_first[i + 1..].iter().any(|&f| self.profile.frame(f).is_import_machinery())
         });
         let i = self.stack_facts.len();
-        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call, importing });
+        let leaf = leaf_first.first().copied();
+        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call, importing, leaf });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
     }
@@ -242,6 +250,58 @@ impl Engine<'_> {
             None => true,
             Some(i) => self.stack_facts[i].line.is_none() && self.stack_facts[i].truncated,
         }
+    }
+
+    /// Adds sample `s` to `line`, as read with `stack` (its own, or for a torn read the clean
+    /// stack it stands for).
+    fn charge(&mut self, line: usize, stack: StackId, s: &Sample, running: bool, window: usize, nwindows: usize) {
+        let w = s.weight as u64;
+        let facts = &self.stack_facts[self.stacks[stack as usize].unwrap() as usize];
+        let (is_self, importing) = (facts.beneath.is_empty(), facts.importing);
+        let acc = &mut self.lines[line];
+        acc.weight += w;
+        if importing {
+            acc.importing += w;
+        }
+        if is_self {
+            acc.self_weight += w;
+        }
+        if !running {
+            acc.blocked += w;
+            let (weight, threads) = acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default();
+            *weight += w;
+            if threads.len() < MAX_THREADS_PER_WINDOW && !threads.contains(&s.thread) {
+                threads.push(s.thread);
+            }
+        }
+        if acc.windows.is_empty() {
+            acc.windows = vec![0; nwindows.div_ceil(64)];
+            acc.first_us = s.time_us;
+        }
+        acc.first_us = acc.first_us.min(s.time_us);
+        acc.last_us = acc.last_us.max(s.time_us);
+        acc.windows[window / 64] |= 1 << (window % 64);
+        *acc.by_stack.entry((stack, running)).or_default() += w;
+    }
+
+    /// Of clean stacks sharing an innermost frame (with their weights), the heaviest stack of
+    /// the line they are charged to, when that line holds [`TORN_SOLE_LINE`] of their weight
+    /// and there are enough of them to say so.
+    fn sole_line_stack(&mut self, stacks: &HashMap<StackId, u64>) -> Option<StackId> {
+        // line -> (weight, heaviest stack, its weight)
+        let mut by_line: HashMap<usize, (u64, StackId, u64)> = HashMap::new();
+        let mut total = 0u64;
+        for (&stack, &w) in stacks {
+            let line = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line)?;
+            total += w;
+            let e = by_line.entry(line).or_insert((0, stack, 0));
+            e.0 += w;
+            if w > e.2 || (w == e.2 && stack < e.1) {
+                (e.1, e.2) = (stack, w);
+            }
+        }
+        let (_, &(weight, stack, _)) = by_line.iter().max_by_key(|(&l, &(w, _, _))| (w, std::cmp::Reverse(l)))?;
+        (total >= TORN_MIN_CLEAN && weight as f64 >= TORN_SOLE_LINE * total as f64).then_some(stack)
     }
 
     /// `Some(busy_time)` when the stack is parked for want of work.
@@ -306,6 +366,10 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
+        // Torn reads with no user frame, and the clean stacks charged to a line by innermost
+        // frame, to charge the torn ones afterwards (see below).
+        let mut torn: Vec<&Sample> = Vec::new();
+        let mut clean_by_leaf: HashMap<FrameId, HashMap<StackId, u64>> = HashMap::new();
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let running = self.running(s);
             let w = s.weight as u64;
@@ -337,6 +401,7 @@ impl Engine<'_> {
             let facts = &self.stack_facts[i];
             if facts.line.is_none() && facts.truncated {
                 incomplete += w;
+                torn.push(s);
                 continue;
             }
             busy_timeline.push((s.time_us, w));
@@ -345,32 +410,30 @@ impl Engine<'_> {
                 outside_user += w;
                 continue;
             };
-            let is_self = facts.beneath.is_empty();
-            let importing = facts.importing;
-            let acc = &mut self.lines[line];
-            acc.weight += w;
-            if importing {
-                acc.importing += w;
+            if let (false, Some(leaf)) = (facts.truncated, facts.leaf) {
+                *clean_by_leaf.entry(leaf).or_default().entry(s.stack.unwrap()).or_default() += w;
             }
-            if is_self {
-                acc.self_weight += w;
-            }
-            if !running {
-                acc.blocked += w;
-                let (weight, threads) = acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default();
-                *weight += w;
-                if threads.len() < MAX_THREADS_PER_WINDOW && !threads.contains(&s.thread) {
-                    threads.push(s.thread);
-                }
-            }
-            if acc.windows.is_empty() {
-                acc.windows = vec![0; nwindows.div_ceil(64)];
-                acc.first_us = s.time_us;
-            }
-            acc.first_us = acc.first_us.min(s.time_us);
-            acc.last_us = acc.last_us.max(s.time_us);
-            acc.windows[window / 64] |= 1 << (window % 64);
-            *acc.by_stack.entry((s.stack.unwrap(), running)).or_default() += w;
+            self.charge(line, s.stack.unwrap(), s, running, window, nwindows);
+        }
+        // A torn read lost its outer frames, not its innermost one, which is read first. When
+        // the clean reads with that innermost frame were (90% at least) charged to one line,
+        // the torn read is charged there too: leaving it out would bias the shares against
+        // deep, fast-changing code, where reads tear most.
+        let mut recovered = 0u64;
+        let mut chosen: HashMap<FrameId, Option<StackId>> = HashMap::new();
+        for s in torn {
+            let Some(leaf) = self.stack(s.stack).and_then(|i| self.stack_facts[i].leaf) else { continue };
+            let stack = *chosen.entry(leaf).or_insert_with(|| clean_by_leaf.get(&leaf).and_then(|c| self.sole_line_stack(c)));
+            let Some(stack) = stack else { continue };
+            let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) else { continue };
+            let w = s.weight as u64;
+            incomplete -= w;
+            recovered += w;
+            busy_timeline.push((s.time_us, w));
+            let window = (s.time_us / window_us) as usize;
+            active_windows[window] = true;
+            let running = self.running(s);
+            self.charge(line, stack, s, running, window, nwindows);
         }
         let busy_weight = total_weight - idle_weight - incomplete;
         busy_timeline.sort_by_key(|&(t, _)| t);
@@ -495,6 +558,12 @@ impl Engine<'_> {
             notes.push(format!(
                 "{:.0}% of the samples had an incomplete stack (read while the target changed it) and were left out",
                 incomplete as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        if recovered > 0 && total_weight > 0 && recovered * 100 >= total_weight {
+            notes.push(format!(
+                "{:.0}% of the samples were read torn and charged to the one line that complete reads with the same innermost frame were charged to",
+                recovered as f64 * 100.0 / total_weight as f64
             ));
         }
         if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
@@ -900,6 +969,36 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.frame == "httpx._config.create_ssl_context"), "{:?}", f.evidence);
         assert_eq!(d.hot_lines[1].line, 14);
         assert!((d.hot_lines[1].self_share - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_torn_read_goes_to_the_one_line_its_innermost_frame_is_seen_under() {
+        let gen = ("GenerateSchema.walk", "/venv/lib/python3.11/site-packages/pydantic/_internal/_generate_schema.py", 700);
+        let dumps = ("encode", "/usr/lib/python3.11/json/encoder.py", 200);
+        let mut b = Builder::new();
+        for ms in 0..100 {
+            let (line, leaf) = match ms % 10 {
+                0..=5 => (12, gen),
+                // json is called from two lines: its torn reads cannot be placed
+                6 | 7 => (20, dumps),
+                _ => (21, dumps),
+            };
+            b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 3), ("handle", "/app/main.py", line), leaf]);
+        }
+        // Torn: the read lost everything above a library frame.
+        for ms in 100..130 {
+            b.add(1, ms * 10, true, &[("GenerateSchema.generate", gen.1, 650), gen]);
+        }
+        for ms in 130..140 {
+            b.add(1, ms * 10, true, &[("JSONEncoder.iterencode", dumps.1, 250), dumps]);
+        }
+        let d = b.diagnose("/app");
+        let at = |line: u32| d.hot_lines.iter().find(|h| h.line == line).unwrap().weight;
+        assert_eq!(at(12), 60 + 30, "{:?}", d.hot_lines);
+        assert_eq!((at(20), at(21)), (20, 20), "{:?}", d.hot_lines);
+        assert_eq!(d.busy_weight, 130);
+        assert!(d.notes.iter().any(|n| n.contains("read torn and charged")), "{:?}", d.notes);
+        assert!(d.notes.iter().any(|n| n.contains("incomplete stack")), "{:?}", d.notes);
     }
 
     #[test]
