@@ -652,7 +652,10 @@ impl Engine<'_> {
         let mut entry_weight: HashMap<u16, u64> = HashMap::new();
         let mut frame_incl: HashMap<FrameId, u64> = HashMap::new();
         let mut leaf_self: HashMap<FrameId, u64> = HashMap::new();
-        let mut caller_weight: HashMap<FrameId, u64> = HashMap::new();
+        // Callers by how far up they are (the line's function's caller first), by weight.
+        let mut caller_weight: Vec<HashMap<FrameId, u64>> = Vec::new();
+        // The functions the line itself calls, by the weight under each.
+        let mut direct_callee: HashMap<FrameId, u64> = HashMap::new();
         for &((stack, active), w) in &by_stack {
             let i = self.stacks[stack as usize].unwrap() as usize;
             let facts = &self.stack_facts[i];
@@ -671,8 +674,14 @@ impl Engine<'_> {
             if let Some(&leaf) = facts.beneath.first() {
                 *leaf_self.entry(leaf).or_default() += w;
             }
-            if let Some(&c) = facts.callers.first() {
-                *caller_weight.entry(c).or_default() += w;
+            if let Some(&called) = facts.beneath.last() {
+                *direct_callee.entry(called).or_default() += w;
+            }
+            for (depth, &c) in facts.callers.iter().enumerate() {
+                if caller_weight.len() <= depth {
+                    caller_weight.push(HashMap::new());
+                }
+                *caller_weight[depth].entry(c).or_default() += w;
             }
         }
         let acc = &self.lines[l];
@@ -709,9 +718,12 @@ impl Engine<'_> {
 
         let line_share = share(weight);
         let loop_here = self.loop_of(frame_id);
-        let mut callers: Vec<(FrameId, u64)> = caller_weight.into_iter().collect();
-        callers.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let loop_in_caller = callers.first().and_then(|&(c, _)| self.loop_of(c));
+        // The loop that repeats the line may be a few calls up (a helper called by a helper
+        // called in the loop): the nearest caller, through the heaviest at each level, in a loop.
+        let loop_in_caller = caller_weight.iter().find_map(|by_frame| {
+            let (&c, _) = by_frame.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+            self.loop_of(c)
+        });
 
         let called: Vec<String> = self
             .code(&frame.file, frame.line)
@@ -753,6 +765,14 @@ impl Engine<'_> {
                 "do less work per pass: move invariant work out of the loop, use a better algorithm or data structure, or a vectorised or compiled library".to_owned(),
             ),
             None => {
+                // Named by the call on the line that carries the most time (not by an entry that
+                // explains too little of it to classify the line).
+                let heaviest = direct_callee.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(&f, &w)| (f, w));
+                if let Some((f, w)) = heaviest {
+                    let name = self.frame(f).qualified.clone();
+                    evidence.retain(|e| e.frame != name);
+                    evidence.insert(0, Evidence { frame: name, file: profile.frame(f).file.clone(), line: profile.frame(f).line, share: share(w) });
+                }
                 let callee = evidence.first().map(|e| e.frame.clone()).unwrap_or_else(|| "the calls it makes".into());
                 (
                     "hot-call".to_owned(),
