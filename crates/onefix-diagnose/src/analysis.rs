@@ -574,7 +574,7 @@ impl Engine<'_> {
         }
         if outside_user > 0 && share(outside_user) >= 0.01 {
             notes.push(format!(
-                "{:.0}% of the busy threads' time ran outside your code (start-up, imports, interpreter)",
+                "{:.0}% of the busy threads' time ran outside your code (start-up, imports, the interpreter or runtime; for native code, also stacks cut short before reaching it: see --stack-bytes)",
                 share(outside_user) * 100.0
             ));
         }

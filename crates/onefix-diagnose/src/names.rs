@@ -127,7 +127,7 @@ impl SourceCache {
                 continue;
             }
             indent = ind;
-            let is_loop = ["for ", "while ", "async for ", "loop {", "for(", "while("]
+            let is_loop = ["for ", "while ", "async for ", "loop {", "for(", "while(", "do {", "do{"]
                 .iter()
                 .any(|k| t.starts_with(k))
                 || t.contains(".forEach(");
@@ -237,6 +237,11 @@ mod tests {
         assert_eq!(src.line(&path, 6).as_deref(), Some("total += work(i)"));
         assert_eq!(src.assignment_of(&path, 6, "total"), None, "`total = 0` calls nothing");
         assert_eq!(src.assignment_of(&path, 10, "i"), None, "stops at the function's start");
+        // C's do-while is a loop too.
+        let c = dir.join("scan.c");
+        std::fs::write(&c, "int main(void) {\n    long n = 0;\n    do {\n        n += scan(n);\n    } while (n < 10);\n}\n").unwrap();
+        assert_eq!(src.enclosing_loop(&c, 4), Some(3));
+        assert_eq!(src.enclosing_loop(&c, 2), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

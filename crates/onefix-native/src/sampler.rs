@@ -39,7 +39,7 @@ pub struct NativeOptions {
 
 impl Default for NativeOptions {
     fn default() -> Self {
-        NativeOptions { rate_hz: 999.0, off_cpu: true, stack_bytes: 16 * 1024, ring_kib: 0 }
+        NativeOptions { rate_hz: 999.0, off_cpu: true, stack_bytes: 32 * 1024, ring_kib: 0 }
     }
 }
 

@@ -93,6 +93,10 @@ pub struct RecordArgs {
     /// Also sample child Python processes (workers, pools).
     #[arg(long)]
     pub subprocesses: bool,
+    /// Native programs: bytes of each thread's stack copied per sample, to unwind from (up to
+    /// 65528). A function with a larger frame cuts the stack short there.
+    #[arg(long, default_value_t = 32 * 1024, value_parser = clap::value_parser!(u32).range(1024..=65528))]
+    pub stack_bytes: u32,
     /// Where to save the recording; default: onefix-NAME-TIME.onefix in the current directory.
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,

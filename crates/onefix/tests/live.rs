@@ -346,6 +346,56 @@ fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
     }
 }
 
+const LOG_SCAN_C: &str = r#"// Count log lines that match a pattern: the pattern is compiled again for every line.
+#include <regex.h>
+#include <stdio.h>
+#include <time.h>
+
+static int matches(const char *line) {
+    regex_t re;
+    regcomp(&re, "^([0-9]{4})-([0-9]{2})-([0-9]{2})T[0-9:]+ (ERROR|WARN) \\[([a-z.]+)\\] .*timeout.*$", REG_EXTENDED); // COMPILE
+    int ok = regexec(&re, line, 0, NULL, 0) == 0; // MATCH
+    regfree(&re);
+    return ok;
+}
+
+int main(void) {
+    const char *lines[] = {"2024-01-02T03:04:05 ERROR [net.pool] connect timeout after 3s",
+                           "2024-01-02T03:04:06 INFO [auth] ok", "2024-01-02T03:04:07 WARN [db.conn] query timeout"};
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long n = 0, hits = 0;
+    do {
+        for (int i = 0; i < 100; i++) hits += matches(lines[(n + i) % 3]);
+        n += 100;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (t.tv_sec - t0.tv_sec < 2);
+    printf("%ld lines, %ld hits\n", n, hits);
+    return 0;
+}
+"#;
+
+/// glibc's regexec builds its automaton in a function whose frame is larger than 16 KB: the
+/// stack bytes copied per sample by default reach past it to the user's line, where 8 KB (perf's
+/// own default) leaves that time charged to no line. The compile, and the free that undoes it,
+/// are one finding at the loop.
+#[test]
+fn a_regex_compiled_per_line_in_c_is_named_and_its_match_time_reaches_the_line() {
+    let s = Scratch::new("logscan");
+    let src = s.path("logscan.c");
+    std::fs::write(&src, LOG_SCAN_C).unwrap();
+    let exe = s.path("logscan");
+    assert!(Command::new("cc").args(["-O2", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap().success());
+    let (report, _) = record_command(&s, &["--mode", "cpu"], &[&exe]);
+    let f = first_finding(&report);
+    assert_eq!((f["line"].clone(), f["rule"].clone()), (line_of(&src, "// COMPILE").into(), "regex-compile".into()), "{report:#}");
+    assert!(f["why"].as_str().unwrap().contains("freeing a compiled regular expression"), "{report:#}");
+    assert!(report["outside_user_share"].as_f64().unwrap() < 0.1, "{report:#}");
+    assert!(report["hot_lines"].as_array().unwrap().iter().any(|h| h["line"] == line_of(&src, "// MATCH")), "{report:#}");
+    let (short, _) = record_command(&s, &["--mode", "cpu", "--stack-bytes", "8192"], &[&exe]);
+    assert!(short["outside_user_share"].as_f64().unwrap() > 0.2, "{short:#}");
+}
+
 const SETUP_GO: &str = r#"// Per-pass set-up that a Go service should do once: a trust store built from the system's CA
 // bundle, and a regular expression compiled, on every pass.
 package main

@@ -366,7 +366,7 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
         None => onefix_native::is_native_command(&args.command[0]),
     };
     if native {
-        let opts = NativeOptions { rate_hz: args.rate, off_cpu: mode == Mode::Wall, ..NativeOptions::default() };
+        let opts = NativeOptions { rate_hz: args.rate, off_cpu: mode == Mode::Wall, stack_bytes: args.stack_bytes, ..NativeOptions::default() };
         let (sampler, pid, spawned) = match args.pid {
             Some(pid) => (NativeSampler::attach(pid, &opts)?, pid, false),
             None => {

@@ -42,6 +42,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         native: false,
         gil: false,
         subprocesses: false,
+        stack_bytes: 32 * 1024,
         output: None,
         seed: 0x0f1f,
         load: None,
