@@ -252,6 +252,29 @@ impl Engine<'_> {
         }
     }
 
+    /// For a line that waits for a lock, the line where the time goes while the lock is held
+    /// (the frontier of the samples read inside the held block, on any thread), and its weight.
+    fn held_work(&mut self, l: usize, mode: Mode) -> Option<(usize, u64)> {
+        let profile = self.profile;
+        let lock = profile.frame(self.lines[l].frame);
+        let path = self.user.resolve(&lock.file)?;
+        let (first, last) = self.source.held_block(&path, lock.line)?;
+        let inside = |f: &onefix_model::Frame| f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line);
+        let mut in_block: HashMap<StackId, bool> = HashMap::new();
+        let mut by_line: HashMap<usize, u64> = HashMap::new();
+        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+            let Some(stack) = s.stack else { continue };
+            let held = *in_block.entry(stack).or_insert_with(|| profile.stack_frames_leaf_first(Some(stack)).any(|f| inside(profile.frame(f))));
+            if !held || self.parked(Some(stack)).is_some() {
+                continue;
+            }
+            if let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) {
+                *by_line.entry(line).or_default() += s.weight as u64;
+            }
+        }
+        by_line.into_iter().filter(|&(line, _)| line != l).max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
     /// Adds sample `s` to `line`, as read with `stack` (its own, or for a torn read the clean
     /// stack it stands for).
     fn charge(&mut self, line: usize, stack: StackId, s: &Sample, running: bool, window: usize, nwindows: usize) {
@@ -523,7 +546,24 @@ impl Engine<'_> {
             }
             let steady_weight = busy_between(self.lines[l].first_us, self.lines[l].last_us);
             let steady_share = self.lines[l].weight as f64 / steady_weight.max(1) as f64;
-            let finding = self.explain(l, recurrence, steady_share, &share, mode);
+            let mut finding = self.explain(l, recurrence, steady_share, &share, mode);
+            if finding.kind == "lock-contention" {
+                // Said with what the holder does meanwhile: that is the work to move out.
+                if let Some((held_line, w)) = self.held_work(l, mode) {
+                    let f = profile.frame(self.lines[held_line].frame).clone();
+                    let code = self.code(&f.file, f.line).unwrap_or_else(|| f.function.clone());
+                    finding.why = format!(
+                        "{}; while it is held, the holder spends {:.0}% of the time at {}:{} `{}`",
+                        finding.why,
+                        share(w) * 100.0,
+                        short(&f.file),
+                        f.line,
+                        code
+                    );
+                    finding.evidence.insert(0, Evidence { frame: format!("{code} (while the lock is held)"), file: f.file.clone(), line: f.line, share: share(w) });
+                    finding.evidence.truncate(6);
+                }
+            }
             // Several lines repeated by one loop are one finding at that loop.
             if let Some(prev) = findings.iter_mut().find(|f| f.file == finding.file && f.line == finding.line) {
                 prev.share += finding.share;
@@ -1157,6 +1197,28 @@ mod tests {
         std::fs::write(&app, source).unwrap();
         let app_s = app.to_str().unwrap().to_owned();
         (dir, app_s)
+    }
+
+    #[test]
+    fn a_contended_lock_says_what_its_holder_does_meanwhile() {
+        let (dir, app) = write_app(
+            "held",
+            "import threading\nlock = threading.Lock()\n\ndef thumb(key):\n    with lock:\n        if key not in cache:\n            cache[key] = render(key)\n        return cache[key]\n\ndef render(key):\n    return digest(key)\n",
+        );
+        let mut b = Builder::new();
+        for tick in 0..100 {
+            // One thread renders under the lock; three wait for it.
+            b.add(1, tick * 10, true, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 7), ("render", &app, 11)]);
+            for tid in 2..5 {
+                b.add(tid, tick * 10, false, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 5)]);
+            }
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!((f.kind.as_str(), f.line), ("lock-contention", 5), "{f:?}");
+        assert!(f.why.contains("the holder spends 25% of the time at app.py:11 `return digest(key)`"), "{}", f.why);
+        assert_eq!(f.evidence[0].line, 11, "{:?}", f.evidence);
     }
 
     #[test]

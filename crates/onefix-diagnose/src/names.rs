@@ -146,6 +146,33 @@ impl SourceCache {
 }
 
 impl SourceCache {
+    /// The lines run while the lock taken at `line` is held, as a 1-based inclusive range: the
+    /// body of a `with lock:` statement, or for `lock.acquire()` the lines up to the matching
+    /// `lock.release()` at the same indentation. `None` when the line takes no lock that way.
+    pub fn held_block(&mut self, path: &Path, line: u32) -> Option<(u32, u32)> {
+        let lines = self.lines(path)?;
+        let idx = (line as usize).checked_sub(1)?;
+        let text = lines.get(idx)?;
+        let (t, indent) = (text.trim(), indentation(text));
+        let significant = |l: &String| !l.trim().is_empty() && !l.trim_start().starts_with('#');
+        if (t.starts_with("with ") || t.starts_with("async with ")) && t.ends_with(':') {
+            let mut end = idx;
+            for (i, l) in lines.iter().enumerate().skip(idx + 1) {
+                if significant(l) {
+                    if indentation(l) <= indent {
+                        break;
+                    }
+                    end = i;
+                }
+            }
+            return (end > idx).then_some((line + 1, end as u32 + 1));
+        }
+        let lock = t.strip_suffix(".acquire()")?;
+        let release = format!("{lock}.release()");
+        let end = lines.iter().enumerate().skip(idx + 1).find(|(_, l)| l.trim() == release && indentation(l) == indent)?.0;
+        (end > idx + 1).then_some((line + 1, end as u32))
+    }
+
     /// The line above `line`, within the same function, that assigns `name` from a call
     /// (`conn = sqlite3.connect(path)`), as (1-based line, trimmed text).
     pub fn assignment_of(&mut self, path: &Path, line: u32, name: &str) -> Option<(u32, String)> {
@@ -237,6 +264,16 @@ mod tests {
         assert_eq!(src.line(&path, 6).as_deref(), Some("total += work(i)"));
         assert_eq!(src.assignment_of(&path, 6, "total"), None, "`total = 0` calls nothing");
         assert_eq!(src.assignment_of(&path, 10, "i"), None, "stops at the function's start");
+        // What runs while a lock is held.
+        let locked = dir.join("cache.py");
+        std::fs::write(
+            &locked,
+            "def get(key):\n    with lock:\n        if key not in cache:\n\n            cache[key] = render(key)\n        return cache[key]\n    log(key)\n\ndef put(key, v):\n    lock.acquire()\n    cache[key] = v\n    lock.release()\n",
+        )
+        .unwrap();
+        assert_eq!(src.held_block(&locked, 2), Some((3, 6)));
+        assert_eq!(src.held_block(&locked, 10), Some((11, 11)));
+        assert_eq!(src.held_block(&locked, 7), None);
         // C's do-while is a loop too.
         let c = dir.join("scan.c");
         std::fs::write(&c, "int main(void) {\n    long n = 0;\n    do {\n        n += scan(n);\n    } while (n < 10);\n}\n").unwrap();
