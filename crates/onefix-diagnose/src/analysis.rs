@@ -81,6 +81,9 @@ struct StackFacts {
     importing: bool,
     /// The innermost frame: read first, so right even when the rest of the read tore.
     leaf: Option<FrameId>,
+    /// A native stack whose outermost frame is not where a thread begins: the unwinder stopped
+    /// early (a frame larger than the stack bytes copied, or code without unwind information).
+    cut_short: bool,
 }
 
 #[derive(Default)]
@@ -234,7 +237,11 @@ impl Engine<'_> {
         });
         let i = self.stack_facts.len();
         let leaf = leaf_first.first().copied();
-        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call, importing, leaf });
+        let cut_short = leaf_first.last().is_some_and(|&root| {
+            let f = self.profile.frame(root);
+            f.kind == FrameKind::Native && !onefix_model::native_frame_can_start_stack(&f.function)
+        });
+        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call, importing, leaf, cut_short });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
     }
@@ -392,6 +399,7 @@ impl Engine<'_> {
         // Torn reads with no user frame, and the clean stacks charged to a line by innermost
         // frame, to charge the torn ones afterwards (see below).
         let mut torn: Vec<&Sample> = Vec::new();
+        let mut cut_short = 0u64;
         let mut clean_by_leaf: HashMap<FrameId, HashMap<StackId, u64>> = HashMap::new();
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let running = self.running(s);
@@ -431,6 +439,9 @@ impl Engine<'_> {
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
+                if facts.cut_short {
+                    cut_short += w;
+                }
                 continue;
             };
             if let (false, Some(leaf)) = (facts.truncated, facts.leaf) {
@@ -612,10 +623,17 @@ impl Engine<'_> {
                 share(parked_in_busy) * 100.0
             ));
         }
-        if outside_user > 0 && share(outside_user) >= 0.01 {
+        let elsewhere = outside_user - cut_short;
+        if elsewhere > 0 && share(elsewhere) >= 0.01 {
             notes.push(format!(
-                "{:.0}% of the busy threads' time ran outside your code (start-up, imports, the interpreter or runtime; for native code, also stacks cut short before reaching it: see --stack-bytes)",
-                share(outside_user) * 100.0
+                "{:.0}% of the busy threads' time ran outside your code (start-up, imports, the interpreter or runtime)",
+                share(elsewhere) * 100.0
+            ));
+        }
+        if cut_short > 0 && share(cut_short) >= 0.01 {
+            notes.push(format!(
+                "{:.0}% of the busy threads' time is in native stacks cut short before they reached your code (a frame larger than the stack bytes copied per sample, see --stack-bytes, or code without unwind information), so it is charged to no line",
+                share(cut_short) * 100.0
             ));
         }
         if self.lines.iter().all(|l| l.weight == 0) && busy_weight > 0 {

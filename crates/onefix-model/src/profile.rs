@@ -83,6 +83,25 @@ impl Frame {
     }
 }
 
+/// Whether a native frame is where a thread's stack begins (the program's entry, a thread's
+/// start routine, a goroutine's base). A native stack whose outermost frame is none of these was
+/// cut short by the unwinder: a frame larger than the stack bytes copied, or code without
+/// unwind information.
+pub fn native_frame_can_start_stack(function: &str) -> bool {
+    // Go switches to the system stack (g0) in mcall, systemstack, morestack and asmcgocall: the
+    // unwinder rightly stops there.
+    const ROOTS: [&str; 14] = [
+        "_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone", "__clone", "thread_start",
+        "runtime.goexit", "runtime.rt0_go", "runtime.mstart", "runtime.mcall", "runtime.systemstack", "runtime.morestack",
+        "runtime.asmcgocall",
+    ];
+    let base = function.strip_suffix(".abi0").unwrap_or(function);
+    // Variants: __libc_start_main_impl, clone3, __clone_internal, runtime.mstart0.
+    ROOTS.iter().any(|r| base.strip_prefix(r).is_some_and(|rest| rest.is_empty() || rest.starts_with('_') || rest.starts_with(|c: char| c.is_ascii_digit())))
+        || base.ends_with("::thread_start")
+        || base.starts_with("runtime/cgo")
+}
+
 /// [`Frame::can_start_stack`] for a Python frame given by its function and file, for callers
 /// that hold a collector's frame and should not build a [`Frame`] to ask (the sampling path).
 pub fn python_frame_can_start_stack(function: &str, file: &str) -> bool {
@@ -466,6 +485,16 @@ impl Iterator for StackWalk<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn native_stack_roots_are_known_and_a_cut_short_stack_is_not_one() {
+        for root in ["_start", "__libc_start_main_impl", "start_thread", "runtime.systemstack", "runtime/cgo(.text)", "clone3", "__clone_internal", "runtime.goexit.abi0", "runtime.mstart0", "std::sys::pal::unix::thread::Thread::new::thread_start"] {
+            assert!(native_frame_can_start_stack(root), "{root}");
+        }
+        for inner in ["build_trtable", "main", "0x7f00aa", "runtime.mallocgc", "restart_syscall"] {
+            assert!(!native_frame_can_start_stack(inner), "{inner}");
+        }
+    }
     use super::*;
 
     #[test]

@@ -394,6 +394,8 @@ fn a_regex_compiled_per_line_in_c_is_named_and_its_match_time_reaches_the_line()
     assert!(report["hot_lines"].as_array().unwrap().iter().any(|h| h["line"] == line_of(&src, "// MATCH")), "{report:#}");
     let (short, _) = record_command(&s, &["--mode", "cpu", "--stack-bytes", "8192"], &[&exe]);
     assert!(short["outside_user_share"].as_f64().unwrap() > 0.2, "{short:#}");
+    let notes = short["notes"].to_string();
+    assert!(notes.contains("native stacks cut short"), "the report says why: {notes}");
 }
 
 const SETUP_GO: &str = r#"// Per-pass set-up that a Go service should do once: a trust store built from the system's CA
