@@ -8,7 +8,7 @@
 //! `--duration soon` on `record`) are not repeated here.
 
 mod common;
-use common::{Scratch, onefix};
+use common::{Scratch, compile_c, onefix};
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -44,15 +44,6 @@ fn fails(cmd: &mut Command, code: i32, expect: &[&str]) -> String {
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
-}
-
-fn compile_c(s: &Scratch, name: &str, source: &str, flags: &[&str]) -> PathBuf {
-    let src = s.path(&format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let exe = s.path(name);
-    let ok = Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src).status().unwrap();
-    assert!(ok.success(), "cc failed");
-    exe
 }
 
 /// Busy for a second, then the signal given as argv[1]; native, so sampled with perf_event.

@@ -4,7 +4,7 @@
 //! their speedscope files through speedscope's schema; HTML reports in headless chromium.
 
 mod common;
-use common::{Scratch, onefix};
+use common::{Scratch, compile_c, onefix};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,11 +177,7 @@ int main(void) {
 #[test]
 fn pprof_of_a_native_recording_is_read_by_go_tool_pprof_with_the_same_top_lines() {
     let s = Scratch::new("pprof-native");
-    let src = s.path("two.c");
-    std::fs::write(&src, TWO_C).unwrap();
-    let exe = s.path("two");
-    let cc = Command::new("cc").args(["-O1", "-g", "-o"]).arg(&exe).arg(&src).status().unwrap();
-    assert!(cc.success());
+    let exe = compile_c(&s, "two", TWO_C, &["-O1", "-g"]);
     let report = record_with_pprof(&s, &["--mode", "cpu", "--rate", "999"], &[&exe]);
     assert_eq!(report["target"]["language"], "native");
     assert_eq!(report["findings"][0]["function"], "heavy", "{report:#}");

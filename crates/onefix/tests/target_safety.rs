@@ -6,11 +6,10 @@
 //! Every server listens on 127.0.0.1, every loop is bounded, every child is killed on drop.
 
 mod common;
-use common::{Scratch, onefix};
+use common::{Scratch, compile_c, onefix};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -194,15 +193,6 @@ int main(void) {
 }
 "#;
 
-fn compile_c(s: &Scratch, name: &str, source: &str) -> PathBuf {
-    let src = s.path(&format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let exe = s.path(name);
-    let ok = Command::new("cc").args(["-O1", "-g", "-pthread", "-o"]).arg(&exe).arg(&src).status().unwrap();
-    assert!(ok.success(), "cc failed");
-    exe
-}
-
 fn python_service(s: &Scratch) -> (Target, u16) {
     std::fs::write(s.path("service.py"), PY_SERVICE).unwrap();
     let mut cmd = Command::new(python_executable());
@@ -273,7 +263,7 @@ fn a_python_service_keeps_answering_through_200_attaches() {
 #[test]
 fn a_native_service_keeps_answering_through_200_attaches() {
     let s = Scratch::new("c200");
-    let exe = compile_c(&s, "service", C_SERVICE);
+    let exe = compile_c(&s, "service", C_SERVICE, &["-O1", "-g", "-pthread"]);
     let (mut target, port) = start_server(Command::new(&exe));
     attach_repeatedly(&s, &mut target, port, 200, "100ms", &["--mode", "cpu"]);
 }
@@ -400,7 +390,7 @@ fn a_target_that_forks_execs_and_reaps_sees_every_child_status() {
     for extra in [&[][..], &["--subprocesses"][..], &["--native"][..]] {
         record_forker(&s, extra, &py);
     }
-    let exe = compile_c(&s, "forker", FORKER_C);
+    let exe = compile_c(&s, "forker", FORKER_C, &["-O1", "-g", "-pthread"]);
     record_forker(&s, &["--rate", "999"], &[exe.display().to_string()]);
 }
 

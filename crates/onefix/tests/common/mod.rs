@@ -51,3 +51,14 @@ pub fn line_of(file: &Path, marker: &str) -> u64 {
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
+
+/// Writes `source` to `NAME.c` in the scratch directory and compiles it with `cc` and `flags`
+/// into `NAME` there; returns the executable (the source is beside it, `NAME.c`).
+pub fn compile_c(s: &Scratch, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    let src = s.path(&format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = s.path(name);
+    let ok = Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src).status().unwrap();
+    assert!(ok.success(), "cc failed on {}", src.display());
+    exe
+}
