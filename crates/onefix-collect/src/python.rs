@@ -56,6 +56,16 @@ const SCAN_EVERY: Duration = Duration::from_millis(250);
 const MAX_CHILD_ATTEMPTS: u32 = 8;
 
 impl PythonSampler {
+    /// Paused reads (`native`): lets go of any thread of the sampled processes that a read left
+    /// attached because it was exiting (see [`process::release_traced_threads`]). Call from the
+    /// thread that samples.
+    pub fn release_traced_threads(&self) -> usize {
+        if !self.opts.native {
+            return 0;
+        }
+        self.spies.iter().map(|spy| process::release_traced_threads(spy.pid)).sum()
+    }
+
     /// Attaches to `pid`, retrying for up to `patience` while a just-started interpreter
     /// initialises.
     pub fn attach(pid: u32, opts: PythonOptions, patience: Duration) -> Result<PythonSampler, CollectError> {
@@ -245,18 +255,6 @@ fn convert_frame(f: &py_spy::Frame) -> Frame {
             line: f.line.max(0) as u32,
             module: module.clone(),
         },
-    }
-}
-
-impl PythonSampler {
-    /// Paused reads (`native`): lets go of any thread of the sampled processes that a read left
-    /// attached because it was exiting (see [`process::release_traced_threads`]). Call from the
-    /// thread that samples.
-    pub fn release_traced_threads(&self) -> usize {
-        if !self.opts.native {
-            return 0;
-        }
-        self.spies.iter().map(|spy| process::release_traced_threads(spy.pid)).sum()
     }
 }
 

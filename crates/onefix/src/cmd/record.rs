@@ -312,7 +312,9 @@ impl TargetSampler {
                 match child.as_mut() {
                     Some(c) => {
                         if !target_exited {
-                            stop_child_releasing(c, sampler);
+                            stop_child(c, || {
+                                sampler.release_traced_threads();
+                            });
                         }
                         wait_releasing(c, sampler).map(exit_of).unwrap_or(TargetExit::Unknown)
                     }
@@ -523,7 +525,7 @@ fn attach_failed(e: CollectError, child: Option<&mut KeptChild>) -> anyhow::Erro
         let status = child.wait().ok().map(exit_of);
         return CollectError::ExitedEarly { status: status.map(|s| describe_exit(&s)) }.into();
     }
-    stop_child(child);
+    stop_child(child, || {});
     let _ = child.wait();
     e.into()
 }
@@ -540,19 +542,14 @@ fn wait_releasing(child: &mut KeptChild, sampler: &PythonSampler) -> std::io::Re
     }
 }
 
-/// [`stop_child`], letting go of threads left attached meanwhile.
-fn stop_child_releasing(child: &mut KeptChild, sampler: &PythonSampler) {
+/// Asks a child we started to stop (SIGINT, as Ctrl-C would), then insists; `meanwhile` runs
+/// while it is awaited (letting go of threads a paused read left attached).
+fn stop_child(child: &mut KeptChild, meanwhile: impl Fn()) {
     let pid = child.id();
     interrupt_then_kill(pid, || {
-        sampler.release_traced_threads();
+        meanwhile();
         matches!(child.try_wait(), Ok(Some(_)))
     });
-}
-
-/// Asks a child we started to stop (SIGINT, as Ctrl-C would), then insists.
-fn stop_child(child: &mut KeptChild) {
-    let pid = child.id();
-    interrupt_then_kill(pid, || matches!(child.try_wait(), Ok(Some(_))));
 }
 
 /// SIGINT, up to three seconds for `ended` to turn true, then SIGKILL.
