@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId};
+use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId, ThreadId};
 
 use crate::kb::{KnowledgeBase, Role, When};
 use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
@@ -48,10 +48,24 @@ const OVERLAPPING_WAITS: f64 = 1.5;
 /// Threads counted per window: more than this is overlap enough.
 const MAX_THREADS_PER_WINDOW: usize = 16;
 /// A torn read is charged to the line that holds this share of the clean reads with its
-/// innermost frame...
+/// innermost frame (or, with too few of those, its innermost function, then its file)...
 const TORN_SOLE_LINE: f64 = 0.9;
 /// ...when there are at least this many of them (weight).
 const TORN_MIN_CLEAN: u64 = 5;
+/// A read left unplaced is charged to the line its thread's reads just before and after it
+/// were charged to, when those two are at most this far apart: a merged sample's time is its
+/// first tick, so one merge span plus a tick on each side.
+const BRACKET_US: u64 = 2 * onefix_model::MERGE_SPAN_US;
+
+/// What the clean reads sharing a torn read's innermost frame (or function, or file) say.
+enum SoleLine {
+    /// This many of them went to one line: charge it through this stack of that line.
+    Line(StackId),
+    /// They went to several lines: the torn read cannot be placed by its innermost frame.
+    Split,
+    /// Too few clean reads to say: ask at a coarser key.
+    TooFew,
+}
 
 struct FrameFacts {
     origin: Origin,
@@ -103,6 +117,24 @@ struct LineAcc {
     /// Blocked weight by window of IN_FLIGHT_WINDOW_US, over every thread, and the threads
     /// seen waiting in it (a few at most): how many waits at this line are in flight at once.
     blocked_windows: HashMap<u64, (u64, Vec<u32>)>,
+}
+
+/// Clean reads charged to a line, by their innermost frame, its function and its file, with
+/// the weight of each stack: what a torn read sharing that innermost frame most likely was.
+#[derive(Default)]
+struct CleanByLeaf<'p> {
+    by_frame: HashMap<FrameId, HashMap<StackId, u64>>,
+    by_function: HashMap<(&'p str, &'p str), HashMap<StackId, u64>>,
+    by_file: HashMap<&'p str, HashMap<StackId, u64>>,
+}
+
+impl<'p> CleanByLeaf<'p> {
+    fn add(&mut self, profile: &'p Profile, leaf: FrameId, stack: StackId, w: u64) {
+        let f = profile.frame(leaf);
+        *self.by_frame.entry(leaf).or_default().entry(stack).or_default() += w;
+        *self.by_function.entry((f.file.as_str(), f.function.as_str())).or_default().entry(stack).or_default() += w;
+        *self.by_file.entry(f.file.as_str()).or_default().entry(stack).or_default() += w;
+    }
 }
 
 pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
@@ -317,12 +349,13 @@ impl Engine<'_> {
     /// Of clean stacks sharing an innermost frame (with their weights), the heaviest stack of
     /// the line they are charged to, when that line holds [`TORN_SOLE_LINE`] of their weight
     /// and there are enough of them to say so.
-    fn sole_line_stack(&mut self, stacks: &HashMap<StackId, u64>) -> Option<StackId> {
+    fn sole_line_stack(&mut self, stacks: Option<&HashMap<StackId, u64>>) -> SoleLine {
+        let Some(stacks) = stacks else { return SoleLine::TooFew };
         // line -> (weight, heaviest stack, its weight)
         let mut by_line: HashMap<usize, (u64, StackId, u64)> = HashMap::new();
         let mut total = 0u64;
         for (&stack, &w) in stacks {
-            let line = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line)?;
+            let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) else { return SoleLine::Split };
             total += w;
             let e = by_line.entry(line).or_insert((0, stack, 0));
             e.0 += w;
@@ -330,8 +363,27 @@ impl Engine<'_> {
                 (e.1, e.2) = (stack, w);
             }
         }
-        let (_, &(weight, stack, _)) = by_line.iter().max_by_key(|(&l, &(w, _, _))| (w, std::cmp::Reverse(l)))?;
-        (total >= TORN_MIN_CLEAN && weight as f64 >= TORN_SOLE_LINE * total as f64).then_some(stack)
+        match by_line.iter().max_by_key(|(&l, &(w, _, _))| (w, std::cmp::Reverse(l))) {
+            _ if total < TORN_MIN_CLEAN => SoleLine::TooFew,
+            Some((_, &(weight, stack, _))) if weight as f64 >= TORN_SOLE_LINE * total as f64 => SoleLine::Line(stack),
+            _ => SoleLine::Split,
+        }
+    }
+
+    /// The stack to charge a torn read with innermost frame `leaf` through: asked of the clean
+    /// reads with that frame, then (too few of those) with its function, then with its file.
+    fn sole_line_by_leaf(&mut self, clean: &CleanByLeaf, leaf: FrameId) -> Option<StackId> {
+        let f = self.profile.frame(leaf);
+        let by_function = clean.by_function.get(&(f.file.as_str(), f.function.as_str()));
+        let by_file = clean.by_file.get(f.file.as_str()).filter(|_| !f.file.is_empty());
+        for stacks in [clean.by_frame.get(&leaf), by_function, by_file] {
+            match self.sole_line_stack(stacks) {
+                SoleLine::Line(stack) => return Some(stack),
+                SoleLine::Split => return None,
+                SoleLine::TooFew => {}
+            }
+        }
+        None
     }
 
     /// `Some(busy_time)` when the stack is parked for want of work.
@@ -396,11 +448,13 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
-        // Torn reads with no user frame, and the clean stacks charged to a line by innermost
-        // frame, to charge the torn ones afterwards (see below).
-        let mut torn: Vec<&Sample> = Vec::new();
+        // Reads that could not be charged (torn with no user frame, or empty), and the clean
+        // stacks charged to a line by innermost frame, to place them afterwards (see below).
+        let mut unplaced: Vec<&Sample> = Vec::new();
         let mut cut_short = 0u64;
-        let mut clean_by_leaf: HashMap<FrameId, HashMap<StackId, u64>> = HashMap::new();
+        let mut clean = CleanByLeaf::default();
+        // Every charged read, by thread and time: the reads around an unplaced one.
+        let mut placed: Vec<(ThreadId, u64, usize, StackId)> = Vec::new();
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let running = self.running(s);
             let w = s.weight as u64;
@@ -427,12 +481,13 @@ impl Engine<'_> {
             let Some(i) = self.stack(s.stack) else {
                 // No frames at all: a torn read or a thread outside the interpreter.
                 incomplete += w;
+                unplaced.push(s);
                 continue;
             };
             let facts = &self.stack_facts[i];
             if facts.line.is_none() && facts.truncated {
                 incomplete += w;
-                torn.push(s);
+                unplaced.push(s);
                 continue;
             }
             busy_timeline.push((s.time_us, w));
@@ -445,21 +500,33 @@ impl Engine<'_> {
                 continue;
             };
             if let (false, Some(leaf)) = (facts.truncated, facts.leaf) {
-                *clean_by_leaf.entry(leaf).or_default().entry(s.stack.unwrap()).or_default() += w;
+                clean.add(profile, leaf, s.stack.unwrap(), w);
             }
             self.charge(line, s.stack.unwrap(), s, running, window, nwindows);
+            placed.push((s.thread, s.time_us, line, s.stack.unwrap()));
         }
         // A torn read lost its outer frames, not its innermost one, which is read first. When
         // the clean reads with that innermost frame were (90% at least) charged to one line,
         // the torn read is charged there too: leaving it out would bias the shares against
-        // deep, fast-changing code, where reads tear most.
+        // deep, fast-changing code, where reads tear most. With too few clean reads of that
+        // very frame, its function's, then its file's say where it belongs.
         let mut recovered = 0u64;
-        let mut chosen: HashMap<FrameId, Option<StackId>> = HashMap::new();
-        for s in torn {
-            let Some(leaf) = self.stack(s.stack).and_then(|i| self.stack_facts[i].leaf) else { continue };
-            let stack = *chosen.entry(leaf).or_insert_with(|| clean_by_leaf.get(&leaf).and_then(|c| self.sole_line_stack(c)));
-            let Some(stack) = stack else { continue };
-            let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) else { continue };
+        let mut by_leaf: HashMap<FrameId, Option<StackId>> = HashMap::new();
+        let mut still_unplaced: Vec<&Sample> = Vec::new();
+        for s in unplaced {
+            let leaf = self.stack(s.stack).and_then(|i| self.stack_facts[i].leaf);
+            let stack = leaf.and_then(|leaf| match by_leaf.get(&leaf) {
+                Some(&known) => known,
+                None => {
+                    let chosen = self.sole_line_by_leaf(&clean, leaf);
+                    by_leaf.insert(leaf, chosen);
+                    chosen
+                }
+            });
+            let Some((stack, line)) = stack.and_then(|st| Some((st, self.stack(Some(st)).and_then(|i| self.stack_facts[i].line)?))) else {
+                still_unplaced.push(s);
+                continue;
+            };
             let w = s.weight as u64;
             incomplete -= w;
             recovered += w;
@@ -468,6 +535,29 @@ impl Engine<'_> {
             active_windows[window] = true;
             let running = self.running(s);
             self.charge(line, stack, s, running, window, nwindows);
+            placed.push((s.thread, s.time_us, line, stack));
+        }
+        // What is still unplaced (an empty read, a torn one of code seen nowhere else) is
+        // charged to the line its thread was read in just before and just after it, when both
+        // reads are that line and close in time: leaving it out would again bias the shares
+        // against the code where reads fail most, and a line on both sides is where the thread
+        // most likely was.
+        placed.sort_unstable_by_key(|&(thread, t, _, _)| (thread, t));
+        let mut bracketed = 0u64;
+        for s in still_unplaced {
+            let from = placed.partition_point(|&(thread, t, _, _)| (thread, t) <= (s.thread, s.time_us));
+            let (Some(before), Some(after)) = (from.checked_sub(1).map(|i| placed[i]), placed.get(from).copied()) else { continue };
+            if before.0 != s.thread || after.0 != s.thread || before.2 != after.2 || after.1 - before.1 > BRACKET_US {
+                continue;
+            }
+            let w = s.weight as u64;
+            incomplete -= w;
+            bracketed += w;
+            busy_timeline.push((s.time_us, w));
+            let window = (s.time_us / window_us) as usize;
+            active_windows[window] = true;
+            let running = self.running(s);
+            self.charge(before.2, before.3, s, running, window, nwindows);
         }
         let busy_weight = total_weight - idle_weight - incomplete;
         busy_timeline.sort_by_key(|&(t, _)| t);
@@ -556,8 +646,7 @@ impl Engine<'_> {
                 continue;
             }
             let steady_weight = busy_between(self.lines[l].first_us, self.lines[l].last_us);
-            let steady_share = self.lines[l].weight as f64 / steady_weight.max(1) as f64;
-            let mut finding = self.explain(l, recurrence, steady_share, &share, mode);
+            let mut finding = self.explain(l, recurrence, steady_weight, &share, mode);
             if finding.kind == "lock-contention" {
                 // Said with what the holder does meanwhile: that is the work to move out.
                 if let Some((held_line, w)) = self.held_work(l, mode) {
@@ -583,6 +672,8 @@ impl Engine<'_> {
                     (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b)),
                     _ => None,
                 };
+                // Their stretches overlap: the longer one stands for both.
+                prev.bound_weight = prev.bound_weight.max(finding.bound_weight);
                 prev.evidence.extend(finding.evidence);
                 prev.evidence.truncate(6);
                 continue;
@@ -615,6 +706,12 @@ impl Engine<'_> {
             notes.push(format!(
                 "{:.0}% of the samples were read torn and charged to the one line that complete reads with the same innermost frame were charged to",
                 recovered as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        if bracketed > 0 && total_weight > 0 && bracketed * 100 >= total_weight {
+            notes.push(format!(
+                "{:.0}% of the samples were read empty or torn and charged to the line their thread was read in just before and after",
+                bracketed as f64 * 100.0 / total_weight as f64
             ));
         }
         if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
@@ -681,6 +778,7 @@ impl Engine<'_> {
                 (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b) * effect.explained),
                 _ => None,
             };
+            target.bound_weight = target.bound_weight.max(effect.bound_weight);
             let effect_what = self.kb.entries.iter().find(|e| e.spec.id == effect.rule).map(|e| e.spec.what.as_str()).unwrap_or("its cost");
             target.why = format!("{}; the same cause means {} at {}:{} ({:.0}%)", target.why, effect_what, short(&effect.file), effect.line, effect.share * 100.0);
             target.evidence.extend(effect.evidence);
@@ -702,9 +800,9 @@ impl Engine<'_> {
 
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
     /// thread state and self time show.
-    /// `steady_share` is the line's share of the busy weight between its first and last
+    /// `steady_weight` is the busy weight between the line's first and last
     /// sighting: the part of the run that repeats it, from which the gain bound is computed.
-    fn explain(&mut self, l: usize, recurrence: f64, steady_share: f64, share: &dyn Fn(u64) -> f64, mode: Mode) -> Finding {
+    fn explain(&mut self, l: usize, recurrence: f64, steady_weight: u64, share: &dyn Fn(u64) -> f64, mode: Mode) -> Finding {
         let profile = self.profile;
         let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
         let mut entry_weight: HashMap<u16, u64> = HashMap::new();
@@ -920,7 +1018,8 @@ impl Engine<'_> {
             function,
             code,
             share: line_share,
-            max_speedup: speedup(steady_share),
+            max_speedup: speedup(self.lines[l].weight as f64 / steady_weight.max(1) as f64),
+            bound_weight: steady_weight,
             explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
             title,
             advice,
@@ -1077,6 +1176,66 @@ mod tests {
         assert_eq!(d.busy_weight, 130);
         assert!(d.notes.iter().any(|n| n.contains("read torn and charged")), "{:?}", d.notes);
         assert!(d.notes.iter().any(|n| n.contains("incomplete stack")), "{:?}", d.notes);
+    }
+
+    #[test]
+    fn a_torn_read_of_a_frame_seen_too_rarely_is_placed_by_its_function_then_its_file() {
+        let schema = "/venv/lib/python3.11/site-packages/pydantic/json_schema.py";
+        let encoder = "/usr/lib/python3.11/json/encoder.py";
+        let mut b = Builder::new();
+        for ms in 0..200u64 {
+            // Deep code spread over many lines, each read clean only a few times.
+            let (line, leaf) = match ms % 4 {
+                0..=2 => (12, ("GenerateJsonSchema.walk", schema, 1000 + (ms % 50) as u32)),
+                // The encoder is called from two lines.
+                _ => (20 + (ms % 8 == 3) as u32, ("encode", encoder, 200 + (ms % 40) as u32)),
+            };
+            b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 3), ("handle", "/app/main.py", line), leaf]);
+        }
+        // Torn reads at lines of those files that no clean read has: the function of the first
+        // is known (under line 12 only), the second only by its file, the third is split.
+        let torn = [
+            ("GenerateJsonSchema.walk", schema, 1999),
+            ("GenerateJsonSchema.other", schema, 5000),
+            ("encode", encoder, 999),
+        ];
+        for (i, leaf) in torn.iter().enumerate() {
+            for k in 0..5u64 {
+                b.add(1, 10_000 + (i as u64 * 5 + k) * 1000, true, &[("GenerateJsonSchema.generate", schema, 500), *leaf]);
+            }
+        }
+        let d = b.diagnose("/app");
+        let at = |line: u32| d.hot_lines.iter().find(|h| h.line == line).map_or(0, |h| h.weight);
+        assert_eq!(at(12), 150 + 10, "{:?}", d.hot_lines);
+        assert_eq!(at(20) + at(21), 50, "{:?}", d.hot_lines);
+        assert_eq!(d.busy_weight, 210);
+    }
+
+    #[test]
+    fn an_empty_read_between_two_reads_of_one_line_is_charged_to_that_line() {
+        let mut b = Builder::new();
+        let empty = |b: &mut Builder, ms: u64| {
+            let t = b.p.intern_thread(1, 1, None);
+            b.p.samples.push(Sample { time_us: ms * 1000, thread: t, stack: None, state: ThreadState::new(true, true), weight: 1 });
+        };
+        for ms in 0..100u64 {
+            let line = if ms < 50 { 12 } else { 14 };
+            b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 3), ("handle", "/app/main.py", line)]);
+            match ms {
+                // Between two reads of line 12, and between two of line 14.
+                10 | 60 => empty(&mut b, ms * 10 + 5),
+                // Between line 12 and line 14: nothing says which.
+                49 => empty(&mut b, ms * 10 + 5),
+                _ => {}
+            }
+        }
+        // After the thread's last read: nothing after it.
+        empty(&mut b, 2000);
+        let d = b.diagnose("/app");
+        let at = |line: u32| d.hot_lines.iter().find(|h| h.line == line).unwrap().weight;
+        assert_eq!((at(12), at(14)), (51, 51), "{:?}", d.hot_lines);
+        assert_eq!(d.busy_weight, 102);
+        assert!(d.notes.iter().any(|n| n.contains("read empty or torn and charged to the line their thread was read in")), "{:?}", d.notes);
     }
 
     #[test]

@@ -214,7 +214,17 @@ impl Summary<'_> {
         lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT));
         if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
             let gain = if self.time_profile() { "faster" } else { "less memory" };
-            lines.push(format!("{INDENT}if this cost went away: up to {bound:.1}x {gain}"));
+            let mut gain = format!("{INDENT}if this cost went away: up to {bound:.1}x {gain}");
+            // Near a share of 1 the bound rests on the few samples outside the line: say how
+            // far sampling alone could move it when that is more than a tenth.
+            match f.speedup_range() {
+                Some((lo, None)) => gain.push_str(&format!(" (from sampling alone: at least {lo:.1}x)")),
+                Some((lo, Some(hi))) if lo < 0.9 * bound || hi > 1.1 * bound => {
+                    gain.push_str(&format!(" (from sampling alone: {lo:.1}x to {hi:.1}x)"))
+                }
+                _ => {}
+            }
+            lines.push(gain);
         }
         lines
     }

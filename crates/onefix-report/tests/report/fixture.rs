@@ -159,6 +159,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 code: Some("        async with httpx.AsyncClient() as client:".into()),
                 share: 7.0 / busy,
                 max_speedup: Some(1.0 / (1.0 - 7.0 / busy)),
+                bound_weight: 12,
                 title: "each pass builds an SSL context and loads the CA bundle from disk".into(),
                 advice: "create the client once, outside the loop, and reuse it (also pools connections)".into(),
                 why: "httpx.AsyncClient() creates an SSLContext and reads the system CA bundle every time it is built"
@@ -203,6 +204,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 code: Some("            resp = await client.post(url, json=payload)".into()),
                 share: 3.0 / busy,
                 max_speedup: Some(1.0 / (1.0 - 3.0 / busy)),
+                bound_weight: 12,
                 title: "each token waits for the previous one's HTTP round trip".into(),
                 advice: "issue the requests concurrently (asyncio.gather under a bounded semaphore) instead of \
                          awaiting each before starting the next; the service can answer several at once"
