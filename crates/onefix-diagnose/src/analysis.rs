@@ -925,8 +925,10 @@ impl Engine<'_> {
                 // explains too little of it to classify the line).
                 let heaviest = direct_callee.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(&f, &w)| (f, w));
                 if let Some((f, w)) = heaviest {
-                    let name = self.frame(f).qualified.clone();
-                    evidence.retain(|e| e.frame != name);
+                    let native = profile.frame(f).kind != FrameKind::Python;
+                    let name = unqualified_name(profile.frame(f)).filter(|_| native).unwrap_or_else(|| self.frame(f).qualified.clone());
+                    let raw = self.frame(f).qualified.clone();
+                    evidence.retain(|e| e.frame != name && e.frame != raw);
                     evidence.insert(0, Evidence { frame: name, file: profile.frame(f).file.clone(), line: profile.frame(f).line, share: share(w) });
                 }
                 let callee = evidence.first().map(|e| e.frame.clone()).unwrap_or_else(|| "the calls it makes".into());
@@ -1071,8 +1073,9 @@ impl Engine<'_> {
 }
 
 /// Amdahl's bound: what is left if this share went to zero. Undefined when it is all the time.
+/// Amdahl's bound; none for a share of 1 (nothing would be left to run).
 fn speedup(share: f64) -> Option<f64> {
-    (share < 0.99).then(|| 1.0 / (1.0 - share))
+    (share < 1.0).then(|| 1.0 / (1.0 - share))
 }
 
 fn short(file: &str) -> &str {
@@ -1481,6 +1484,33 @@ mod tests {
         assert_eq!((d.busy_weight, d.idle_weight), (200, 600), "{:?}", d.findings);
         assert_eq!(d.findings.len(), 1);
         assert_eq!(d.findings[0].line, 5);
+    }
+
+    #[test]
+    fn native_servers_waiting_for_connections_and_joins_through_glibc_are_idle() {
+        let (dir, app) = write_app("native-server", "int main() {\n  serve();\n  join();\n  work();\n}\n");
+        let mut b = Builder::new();
+        let native = |p: &mut Profile, stack: &[(&str, &str, u32)]| {
+            let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
+            p.intern_stack(ids)
+        };
+        for tick in 0..200u64 {
+            // C: the line calls accept(); a join whose pthread_join frame glibc tail-called away;
+            // Rust's standard library as v0 mangling names it; Go's http.Server in a goroutine.
+            let accept = native(&mut b.p, &[("_start", "", 0), ("main", &app, 2), ("accept4", "accept4.c", 31)]);
+            let join = native(&mut b.p, &[("_start", "", 0), ("main", &app, 3), ("__pthread_clockjoin_ex", "pthread_join_common.c", 102), ("__futex_abstimed_wait_common", "futex-internal.c", 87)]);
+            let rust = native(&mut b.p, &[("_start", "", 0), ("main", &app, 2), ("<std::net::tcp::Incoming as core::iter::traits::iterator::Iterator>::next", "tcp.rs", 1041), ("<std::net::tcp::TcpListener>::accept", "tcp.rs", 844), ("accept4", "accept4.c", 31)]);
+            let go = native(&mut b.p, &[("runtime.goexit", "asm_amd64.s", 1594), ("main.main.func2", &app, 2), ("net/http.(*Server).Serve", "server.go", 3070), ("net.(*TCPListener).Accept", "tcpsock.go", 288), ("runtime.gopark", "proc.go", 364)]);
+            let working = native(&mut b.p, &[("_start", "", 0), ("main", &app, 4)]);
+            for (tid, stack, active) in [(1, accept, false), (2, join, false), (3, rust, false), (4, go, false), (5, working, true)] {
+                let thread = b.p.intern_thread(1, tid, None);
+                b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(active, active), weight: 1 });
+            }
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!((d.busy_weight, d.idle_weight), (200, 800), "{:?}", d.findings);
+        assert_eq!(d.findings.iter().map(|f| f.line).collect::<Vec<_>>(), [4]);
     }
 
     #[test]

@@ -18,13 +18,57 @@ pub fn qualified_name(frame: &Frame) -> String {
 
 /// The same name without its class path (`httpx._client.AsyncClient.__init__` gives
 /// `httpx._client.__init__`), so that knowledge-base patterns written as `module.function` match
-/// whether or not the interpreter reports qualified names. `None` when there is no class path.
+/// whether or not the interpreter reports qualified names. For native frames, the plain name
+/// ([`plain_native_name`]). `None` when there is no other form.
 pub fn unqualified_name(frame: &Frame) -> Option<String> {
-    if frame.kind != FrameKind::Python || !frame.function.contains('.') {
+    if frame.kind != FrameKind::Python {
+        return plain_native_name(&frame.function);
+    }
+    if !frame.function.contains('.') {
         return None;
     }
     let last = frame.function.rsplit('.').next().unwrap_or(&frame.function);
     Some(format!("{}.{}", python_module(&frame.file), last))
+}
+
+/// A native symbol as people write it, when that differs from how it was demangled:
+/// - Rust's v0 mangling (the standard library's) puts a method in its impl's brackets:
+///   `<std::net::tcp::TcpListener>::accept` and `<std::net::tcp::Incoming as
+///   core::iter::traits::iterator::Iterator>::next` are `std::net::tcp::TcpListener::accept` and
+///   `std::net::tcp::Incoming::next`, the form of legacy mangling and the knowledge base;
+/// - glibc's internal aliases and CPU-specific variants (`__GI___isoc99_sscanf`,
+///   `__strlen_avx2`, `__memmove_avx_unaligned_erms`, `__vfscanf_internal`) are the function
+///   the program called (`sscanf`, `strlen`, `memmove`, `vfscanf`).
+pub fn plain_native_name(name: &str) -> Option<String> {
+    if let Some(rest) = name.strip_prefix('<') {
+        let mut depth = 0usize;
+        let mut as_at = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                '<' => depth += 1,
+                '>' if depth == 0 => {
+                    let ty = &rest[..as_at.unwrap_or(i)];
+                    return Some(format!("{ty}{}", &rest[i + 1..]));
+                }
+                '>' => depth -= 1,
+                ' ' if depth == 0 && as_at.is_none() && rest[i..].starts_with(" as ") => as_at = Some(i),
+                _ => {}
+            }
+        }
+        return None;
+    }
+    if !name.starts_with("__") || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return None;
+    }
+    let mut plain = name.strip_prefix("__GI_").unwrap_or(name).trim_start_matches('_');
+    for prefix in ["isoc99_", "isoc23_", "libc_"] {
+        plain = plain.strip_prefix(prefix).unwrap_or(plain);
+    }
+    const VARIANTS: [&str; 10] = ["_avx2", "_avx512", "_avx", "_evex", "_sse2", "_sse4", "_ssse3", "_erms", "_internal", "_ifunc"];
+    if let Some(cut) = VARIANTS.iter().filter_map(|v| plain.find(v)).min() {
+        plain = &plain[..cut];
+    }
+    (!plain.is_empty() && plain != name).then(|| plain.to_owned())
 }
 
 /// The dotted module a Python file is imported as, from its path.
@@ -209,6 +253,28 @@ fn indentation(line: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn native_names_are_read_as_people_write_them() {
+        let plain = |n: &str| plain_native_name(n);
+        assert_eq!(plain("<std::net::tcp::TcpListener>::accept").as_deref(), Some("std::net::tcp::TcpListener::accept"));
+        assert_eq!(
+            plain("<std::net::tcp::Incoming as core::iter::traits::iterator::Iterator>::next").as_deref(),
+            Some("std::net::tcp::Incoming::next")
+        );
+        assert_eq!(
+            plain("<std::thread::join_handle::JoinHandle<()>>::join").as_deref(),
+            Some("std::thread::join_handle::JoinHandle<()>::join")
+        );
+        assert_eq!(plain("__strlen_avx2").as_deref(), Some("strlen"));
+        assert_eq!(plain("__GI___isoc99_sscanf").as_deref(), Some("sscanf"));
+        assert_eq!(plain("__memmove_avx_unaligned_erms").as_deref(), Some("memmove"));
+        assert_eq!(plain("__vfscanf_internal").as_deref(), Some("vfscanf"));
+        assert_eq!(plain("__libc_connect").as_deref(), Some("connect"));
+        for as_is in ["main", "regcomp", "std::fs::read_to_string", "net/http.(*Server).Serve", "0x7f00", "__", "<broken"] {
+            assert_eq!(plain(as_is), None, "{as_is}");
+        }
+    }
 
     #[test]
     fn python_modules_from_paths() {

@@ -66,19 +66,33 @@ pub fn is_native_pid(pid: u32) -> bool {
 }
 
 /// The directory of the source file that defines a native program's entry function
-/// (`main.main` for Go, `main` for C and C++), read from its executable's debug information:
-/// where the program's own code is, wherever its binary was built to. `None` without debug
-/// information, or when that file is a system or toolchain source.
+/// (`main.main` for Go, `<crate>::main` for Rust, `main` for C and C++), read from its
+/// executable's debug information: where the program's own code is, wherever its binary was
+/// built to. `None` without debug information, or when that file is a system or toolchain source.
 pub fn main_source_dir(exe: &Path) -> Option<std::path::PathBuf> {
     use object::{Object, ObjectSymbol};
     let data = std::fs::read(exe).ok()?;
     let obj = object::File::parse(&*data).ok()?;
-    let entry = ["main.main", "main"].iter().find_map(|want| obj.symbols().find(|s| s.name() == Ok(want) && s.address() != 0))?.address();
     let module = module::ModuleFile::load(0, &exe.display().to_string(), exe)?;
-    let frames = module.symbolize(entry);
-    let file = Path::new(&frames.last()?.file).to_owned();
-    let system = ["/usr/", "/rustc/", "/build/", "/lib/"].iter().any(|p| file.starts_with(p));
-    (file.is_absolute() && !system).then(|| file.parent().map(Path::to_path_buf)).flatten()
+    let named = |want: &str| obj.symbols().find(|s| s.name() == Ok(want) && s.address() != 0).map(|s| s.address());
+    // Rust's `main` symbol is a shim the compiler writes (it has no source line): the program's
+    // own `main` is the one function named `main` at the top of a crate that is not the
+    // standard library's.
+    let rust_main = || {
+        obj.symbols().filter(|s| s.address() != 0).find_map(|s| {
+            let name = demangle(s.name().ok()?);
+            let (krate, f) = name.split_once("::")?;
+            let own = f == "main" && !krate.is_empty() && !["std", "core", "alloc", "test"].contains(&krate) && krate.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            own.then(|| s.address())
+        })
+    };
+    let dir_of = |entry: u64| {
+        let frames = module.symbolize(entry);
+        let file = Path::new(&frames.last()?.file).to_owned();
+        let system = ["/usr/", "/rustc/", "/build/", "/lib/"].iter().any(|p| file.starts_with(p));
+        (file.is_absolute() && !system).then(|| file.parent().map(Path::to_path_buf)).flatten()
+    };
+    [named("main.main"), rust_main(), named("main")].into_iter().flatten().find_map(dir_of)
 }
 
 fn is_interpreter_name(path: &Path) -> bool {

@@ -190,6 +190,8 @@ fn rust_without_frame_pointers_gives_whole_stacks() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let exe = build_rust(dir.path());
+    // The user's code is where the crate's own `main` is, not the compiler's `main` shim.
+    assert_eq!(onefix_native::main_source_dir(&exe), Some(programs()), "{exe:?}");
     let r = record(&[exe.to_str().unwrap()], &NativeOptions::default());
     let p = &r.profile;
     assert_eq!(r.exit, Some(TargetExit::Code(0)));

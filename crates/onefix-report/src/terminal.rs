@@ -214,7 +214,11 @@ impl Summary<'_> {
         lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT));
         if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
             let gain = if self.time_profile() { "faster" } else { "less memory" };
-            let mut gain = format!("{INDENT}if this cost went away: up to {bound:.1}x {gain}");
+            // Past 100x the figure rests on a handful of samples outside the line.
+            let mut gain = match bound {
+                b if b > 100.0 => format!("{INDENT}if this cost went away: more than 100x {gain}"),
+                b => format!("{INDENT}if this cost went away: up to {b:.1}x {gain}"),
+            };
             // Near a share of 1 the bound rests on the few samples outside the line: say how
             // far sampling alone could move it when that is more than a tenth.
             match f.speedup_range() {
