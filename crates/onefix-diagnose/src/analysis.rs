@@ -860,7 +860,8 @@ impl Engine<'_> {
                 .iter()
                 .filter(|(&f, _)| self.frames[f as usize].as_ref().is_some_and(|ff| ff.cost.contains(e)))
                 .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
-            if let Some((&f, &w)) = top {
+            // Under a hundredth of the time, an entry's frame is noise next to the ones that cost.
+            if let Some((&f, &w)) = top.filter(|(_, &w)| share(w) >= 0.01) {
                 self.push_evidence(&mut evidence, f, share(w));
             }
         }
@@ -963,7 +964,8 @@ impl Engine<'_> {
                 }
             }
         }
-        if kind == "hot-call" {
+        // A query on a connection opened a few lines above is that connection's set-up too.
+        if kind == "hot-call" || kind == "n-plus-one-query" {
             if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
                 let spec = &self.kb.entries[e as usize].spec;
                 evidence.insert(0, Evidence {
@@ -1072,8 +1074,7 @@ impl Engine<'_> {
     }
 }
 
-/// Amdahl's bound: what is left if this share went to zero. Undefined when it is all the time.
-/// Amdahl's bound; none for a share of 1 (nothing would be left to run).
+/// Amdahl's bound: what is left if this share went to zero; none for a share of 1.
 fn speedup(share: f64) -> Option<f64> {
     (share < 1.0).then(|| 1.0 / (1.0 - share))
 }
