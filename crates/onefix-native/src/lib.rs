@@ -57,6 +57,33 @@ pub fn is_native_command(program: &str) -> bool {
     spawn::resolve(program).is_some_and(|p| is_native_executable(&p.canonicalize().unwrap_or(p)))
 }
 
+/// How a native program gets its memory, as far as an `LD_PRELOAD` allocation agent can see.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapKind {
+    /// Dynamically linked, allocating through the C library: the agent sees it.
+    Malloc,
+    /// Statically linked: the dynamic loader never runs, so no agent is loaded.
+    Static,
+    /// A Go program: the Go runtime maps its own heap, which malloc never sees.
+    Go,
+}
+
+/// The [`HeapKind`] of a command as it would be run; `None` when it is not a readable ELF file.
+pub fn heap_kind(program: &str) -> Option<HeapKind> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let path = spawn::resolve(program)?;
+    let data = std::fs::read(path.canonicalize().unwrap_or(path)).ok()?;
+    let obj = object::File::parse(&*data).ok()?;
+    let go = obj.section_by_name(".go.buildinfo").is_some() || obj.symbols().any(|s| s.name() == Ok("runtime.main"));
+    Some(if go {
+        HeapKind::Go
+    } else if obj.section_by_name(".interp").is_none() {
+        HeapKind::Static
+    } else {
+        HeapKind::Malloc
+    })
+}
+
 /// Whether a running process is a native program: its executable is ELF and it is not a
 /// Python interpreter (by name, or by a mapped libpython).
 pub fn is_native_pid(pid: u32) -> bool {
@@ -108,6 +135,12 @@ mod tests {
     fn a_program_without_debug_information_has_no_main_source_dir() {
         assert_eq!(main_source_dir(Path::new("/bin/sh")), None);
         assert_eq!(main_source_dir(Path::new("/no/such/file")), None);
+    }
+
+    #[test]
+    fn a_dynamically_linked_program_allocates_through_malloc() {
+        assert_eq!(heap_kind("true"), Some(HeapKind::Malloc));
+        assert_eq!(heap_kind("no-such-command-onefix"), None);
     }
 
     #[test]

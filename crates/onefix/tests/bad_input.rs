@@ -119,6 +119,22 @@ fn a_command_that_exits_at_once_saves_nothing_and_says_its_status() {
 }
 
 #[test]
+fn memory_of_a_program_the_allocation_agent_cannot_see_is_refused_in_one_sentence() {
+    let s = Scratch::new("memory-static");
+    let exe = compile_c(&s, "static", "int main(void) { return 0; }\n", &["-static"]);
+    fails(onefix().args(["record", "--memory", "-o", &s.arg("rec.onefix"), "--"]).arg(&exe), 2, &["statically linked", "LD_PRELOAD"]);
+    if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
+        let src = s.path("main.go");
+        std::fs::write(&src, "package main\n\nfunc main() {}\n").unwrap();
+        let exe = s.path("goprog");
+        let built = Command::new("go").args(["build", "-o"]).arg(&exe).arg(&src).env("GOCACHE", s.path("gocache")).env("GO111MODULE", "off").status().unwrap();
+        assert!(built.success());
+        fails(onefix().args(["record", "--memory", "-o", &s.arg("rec.onefix"), "--"]).arg(&exe), 2, &["is a Go program", "runtime/pprof"]);
+    }
+    assert!(!s.path("rec.onefix").exists());
+}
+
+#[test]
 fn a_command_that_is_not_executable_is_one_sentence() {
     let s = Scratch::new("noexec");
     let script = s.path("app.sh");

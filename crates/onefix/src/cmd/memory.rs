@@ -38,6 +38,17 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             "--memory cannot attach to a running process: the allocation agent is loaded with LD_PRELOAD when a program starts, so start it under onefix instead (onefix record --memory -- CMD)"
         );
     }
+    match onefix_native::heap_kind(&args.command[0]) {
+        Some(onefix_native::HeapKind::Go) => bail!(
+            "{} is a Go program: the Go runtime maps and manages its own heap, which the allocation agent (it sees malloc) cannot see; use Go's heap profile (runtime/pprof or net/http/pprof), or onefix record without --memory for its time",
+            args.command[0]
+        ),
+        Some(onefix_native::HeapKind::Static) => bail!(
+            "{} is statically linked, so it never loads the allocation agent (LD_PRELOAD is read by the dynamic loader); link it dynamically to record its allocations",
+            args.command[0]
+        ),
+        _ => {}
+    }
     let load = load_plan(&args)?;
     let output = args.output.clone().unwrap_or_else(|| default_output(&args));
     let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
