@@ -896,7 +896,7 @@ impl Engine<'_> {
                 if let Some(&(inner, w)) = entries.iter().find(|(o, w)| *o != e && *w * 2 >= weight) {
                     why = format!("{why}; most of it is {} ({:.0}%)", self.kb.entries[inner as usize].spec.what, share(w) * 100.0);
                 }
-                (spec.kind.clone(), spec.id.clone(), spec.what.clone(), why, spec.fix.clone())
+                (spec.kind.clone(), spec.id.clone(), spec.what.clone(), why, spec.fix_for(frame.kind).to_owned())
             }
             None if mode == Mode::Wall && blocked * 2 >= weight => (
                 "blocking-wait".to_owned(),
@@ -975,12 +975,20 @@ impl Engine<'_> {
                     share: line_share,
                 });
                 why = format!("{}; the set-up is finished lazily, so its cost shows at the first use on line {}", spec.why, frame.line);
-                (kind, rule, fix) = (spec.kind.clone(), spec.id.clone(), spec.fix.clone());
+                (kind, rule, fix) = (spec.kind.clone(), spec.id.clone(), spec.fix_for(frame.kind).to_owned());
                 line = made_at;
                 code = Some(made_code);
             }
         }
         let enclosing = loop_here.or(loop_in_caller);
+        // Waits no loop of the user's repeats (a handler's one call to its backend) have
+        // nothing to overlap with: the reply's own latency is the cost.
+        if kind == "serial-io" && enclosing.is_none() {
+            kind = "blocking-wait".to_owned();
+            rule = format!("{rule}-single");
+            why = "the thread waits here for one reply at a time, and no loop in your code repeats the call, so there is nothing to overlap it with: the time is the reply's own latency".to_owned();
+            fix = "make the reply faster (a closer or faster service, a kept-alive connection, smaller replies, a cache of answers that repeat), or start the request earlier, alongside other work".to_owned();
+        }
         if kind == "serial-io" {
             if let Some((owner, loop_line)) = enclosing {
                 let owner = profile.frame(owner).clone();
@@ -1369,6 +1377,28 @@ mod tests {
         assert_eq!(f.line, 8, "the for loop in the caller, not the call inside fetch: {f:?}");
         assert_eq!(f.code.as_deref(), Some("for u in urls:"));
         assert!(f.evidence[0].line == 4, "the waiting call is the first evidence: {:?}", f.evidence);
+    }
+
+    #[test]
+    fn a_wait_no_loop_repeats_is_the_reply_latency_not_serial_io() {
+        // A request handler that calls its backend once: the framework's loop is not the user's.
+        let (dir, app) = write_app("single-wait", "import requests\n\ndef handle(req):\n    return requests.get(BACKEND).json()\n");
+        let mut b = Builder::new();
+        for ms in 0..300 {
+            b.add(1, ms * 10, false, &[
+                ("process_request", &format!("{SITE}/werkzeug/serving.py"), 300),
+                ("handle", &app, 4),
+                ("get", &format!("{SITE}/requests/api.py"), 73),
+                ("send", &format!("{SITE}/requests/sessions.py"), 703),
+                ("readinto", &format!("{LIB}/socket.py"), 706),
+            ]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!((f.kind.as_str(), f.line), ("blocking-wait", 4), "{f:?}");
+        assert!(f.rule.ends_with("-single"), "{f:?}");
+        assert!(!f.advice.contains("concurrently"), "{}", f.advice);
     }
 
     fn write_app(tag: &str, source: &str) -> (std::path::PathBuf, String) {

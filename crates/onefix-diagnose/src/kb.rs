@@ -66,6 +66,9 @@ pub struct EntrySpec {
     pub what: String,
     pub why: String,
     pub fix: String,
+    /// The fix in the words of native code (threads, goroutines), when `fix` speaks Python's.
+    #[serde(default)]
+    pub native_fix: Option<String>,
     /// Qualified names (or `call:NAME`) this entry must classify: its own test.
     pub examples: Vec<String>,
     /// For idle entries: the wait counts in its thread's elapsed time when the thread also
@@ -80,6 +83,16 @@ pub struct EntrySpec {
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]
     pub also_causes: Vec<String>,
+}
+
+impl EntrySpec {
+    /// The fix for a line of code of this kind of frame.
+    pub fn fix_for(&self, kind: onefix_model::FrameKind) -> &str {
+        match (&self.native_fix, kind) {
+            (Some(native), onefix_model::FrameKind::Native) => native,
+            _ => &self.fix,
+        }
+    }
 }
 
 pub struct Entry {

@@ -197,7 +197,9 @@ impl SourceCache {
         let lines = self.lines(path)?;
         let idx = (line as usize).checked_sub(1)?;
         let text = lines.get(idx)?;
-        let (t, indent) = (text.trim(), indentation(text));
+        // `with lock:  # why` is a block too: what follows the code is no part of it.
+        let t = text.split('#').next().unwrap_or(text).trim();
+        let indent = indentation(text);
         let significant = |l: &String| !l.trim().is_empty() && !l.trim_start().starts_with('#');
         if (t.starts_with("with ") || t.starts_with("async with ")) && t.ends_with(':') {
             let mut end = idx;
@@ -334,12 +336,13 @@ mod tests {
         let locked = dir.join("cache.py");
         std::fs::write(
             &locked,
-            "def get(key):\n    with lock:\n        if key not in cache:\n\n            cache[key] = render(key)\n        return cache[key]\n    log(key)\n\ndef put(key, v):\n    lock.acquire()\n    cache[key] = v\n    lock.release()\n",
+            "def get(key):\n    with lock:\n        if key not in cache:\n\n            cache[key] = render(key)\n        return cache[key]\n    log(key)\n\ndef put(key, v):\n    lock.acquire()\n    cache[key] = v\n    lock.release()\n\ndef touch(key):\n    with lock:  # everyone waits here\n        seen.add(key)\n",
         )
         .unwrap();
         assert_eq!(src.held_block(&locked, 2), Some((3, 6)));
         assert_eq!(src.held_block(&locked, 10), Some((11, 11)));
         assert_eq!(src.held_block(&locked, 7), None);
+        assert_eq!(src.held_block(&locked, 15), Some((16, 16)), "a comment after the colon");
         // C's do-while is a loop too.
         let c = dir.join("scan.c");
         std::fs::write(&c, "int main(void) {\n    long n = 0;\n    do {\n        n += scan(n);\n    } while (n < 10);\n}\n").unwrap();

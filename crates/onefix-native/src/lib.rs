@@ -70,7 +70,7 @@ pub enum HeapKind {
 
 /// The [`HeapKind`] of a command as it would be run; `None` when it is not a readable ELF file.
 pub fn heap_kind(program: &str) -> Option<HeapKind> {
-    use object::{Object, ObjectSection, ObjectSymbol};
+    use object::{Object, ObjectSymbol};
     let path = spawn::resolve(program)?;
     let data = std::fs::read(path.canonicalize().unwrap_or(path)).ok()?;
     let obj = object::File::parse(&*data).ok()?;

@@ -103,14 +103,33 @@ fn shell_quote(arg: &str) -> String {
     }
 }
 
-/// How the target ended, as a clause: `exited with 0`, `killed by signal 9`, ...
+/// How the target ended, as a clause: `exited with 0`, `killed by SIGKILL (signal 9)`, ...
+/// SIGINT and SIGTERM ask a program to stop (Ctrl-C, or onefix at the end of a duration or a
+/// load): it was stopped, not killed.
 pub(crate) fn exit_clause(exit: &TargetExit) -> String {
     match exit {
         TargetExit::Code(code) => format!("exited with {code}"),
-        TargetExit::Signal(signal) => format!("killed by signal {signal}"),
+        TargetExit::Signal(signal @ (2 | 15)) => format!("stopped by {}", signal_name(*signal)),
+        TargetExit::Signal(signal) => format!("killed by {}", signal_name(*signal)),
         TargetExit::StillRunning => "still running when recording stopped".to_owned(),
         TargetExit::Unknown => "exit status unknown".to_owned(),
     }
+}
+
+/// `SIGSEGV (signal 11)`, or `signal N` for the rest (Linux numbers).
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        2 => "SIGINT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    format!("{name} (signal {sig})")
 }
 
 /// A source path as the user would type it: relative to the target's working directory when
@@ -128,6 +147,15 @@ pub(crate) fn display_path<'a>(file: &'a str, cwd: Option<&str>) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_asked_to_stop_was_stopped_and_one_that_crashed_was_killed() {
+        assert_eq!(exit_clause(&TargetExit::Signal(2)), "stopped by SIGINT (signal 2)");
+        assert_eq!(exit_clause(&TargetExit::Signal(15)), "stopped by SIGTERM (signal 15)");
+        assert_eq!(exit_clause(&TargetExit::Signal(11)), "killed by SIGSEGV (signal 11)");
+        assert_eq!(exit_clause(&TargetExit::Signal(64)), "killed by signal 64");
+        assert_eq!(exit_clause(&TargetExit::Code(3)), "exited with 3");
+    }
 
     #[test]
     fn thousands_groups_by_three() {

@@ -27,6 +27,7 @@ mod speedscope;
 mod terminal;
 mod top;
 
+pub use describe::signal_name;
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
 pub use folded::{escape_label, write_folded, FoldedOptions};

@@ -15,6 +15,7 @@ use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler
 use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
 use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit};
+use onefix_report::signal_name;
 
 use crate::cli::RecordArgs;
 use crate::cmd::outputs;
@@ -258,22 +259,6 @@ fn no_sample_sentence(exit: &Option<TargetExit>, elapsed_us: u64) -> String {
         ),
         _ => format!("no sample was taken: the target exited before the first read{}; nothing was saved", exit_note(exit)),
     }
-}
-
-/// `SIGSEGV (signal 11)`, or `signal N` for the rest.
-fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGINT => "SIGINT",
-        _ => return format!("signal {sig}"),
-    };
-    format!("{name} (signal {sig})")
 }
 
 /// The sampler for the kind of program the target is, and what it brings with it.
@@ -586,7 +571,7 @@ fn exit_of(status: ExitStatus) -> TargetExit {
 fn describe_exit(exit: &TargetExit) -> String {
     match exit {
         TargetExit::Code(c) => format!("exit status {c}"),
-        TargetExit::Signal(s) => format!("killed by signal {s}"),
+        TargetExit::Signal(s) => format!("killed by {}", signal_name(*s)),
         TargetExit::StillRunning => "still running".into(),
         TargetExit::Unknown => "status unknown".into(),
     }
