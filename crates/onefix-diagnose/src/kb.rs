@@ -226,6 +226,16 @@ mod tests {
     }
 
     #[test]
+    fn native_code_gets_the_fix_in_its_own_words() {
+        let kb = KnowledgeBase::builtin();
+        let wait = kb.entries.iter().find(|e| e.spec.id == "network-wait").unwrap();
+        assert!(wait.spec.fix_for(FrameKind::Python).contains("asyncio.gather"));
+        assert!(wait.spec.fix_for(FrameKind::Native).contains("goroutine"));
+        let tls = kb.entries.iter().find(|e| e.spec.id == "tls-trust-store").unwrap();
+        assert_eq!(tls.spec.fix_for(FrameKind::Native), tls.spec.fix, "one fix for both when no native one is given");
+    }
+
+    #[test]
     fn parks_says_which_waits_are_for_want_of_work() {
         let kb = KnowledgeBase::builtin();
         let lib = "/usr/lib/python3.11/asyncio";

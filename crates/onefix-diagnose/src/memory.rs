@@ -82,14 +82,22 @@ struct LineAcc {
     retained: i64,
     /// Retained bytes under each frame beneath the line, by qualified name.
     beneath: HashMap<String, (i64, String, u32)>,
+    /// Retained bytes by the user frames that called the line (nearest first, up to
+    /// [`CALLERS_SEARCHED`]): where a value returned from a helper may be stored.
+    callers: HashMap<Vec<FrameId>, i64>,
+    /// Bytes allocated per time window (at any time): in how much of the run the line allocates.
+    allocating: Vec<u64>,
 }
+
+/// How many user callers up a value returned from the allocating function is looked for.
+const CALLERS_SEARCHED: usize = 3;
 
 /// Diagnoses a memory profile (weights in bytes, frees flagged; see onefix_model::memory).
 pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions) -> Diagnosis {
     let peak = profile.peak_live_time_us();
     let windows = opts.windows.max(2);
     let window_us = (peak / windows as u64).max(1);
-    let mut frontier: HashMap<Option<StackId>, Option<(FrameId, Vec<FrameId>)>> = HashMap::new();
+    let mut frontier: HashMap<Option<StackId>, Option<Frontier>> = HashMap::new();
     let mut lines: HashMap<FrameId, LineAcc> = HashMap::new();
     let (mut total_allocated, mut total_retained, mut outside) = (0u64, 0i64, 0i64);
     for s in &profile.samples {
@@ -103,20 +111,22 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         if at_peak {
             total_retained += signed;
         }
-        let Some((frame, beneath)) = f else {
+        let Some(Frontier { frame, beneath, callers }) = f else {
             if at_peak {
                 outside += signed;
             }
             continue;
         };
-        let acc = lines.entry(frame).or_insert_with(|| LineAcc { frame, delta: vec![0; windows], ..LineAcc::default() });
+        let acc = lines.entry(frame).or_insert_with(|| LineAcc { frame, delta: vec![0; windows], allocating: vec![0; windows], ..LineAcc::default() });
+        let k = ((s.time_us / window_us) as usize).min(windows - 1);
         if !s.state.freed() {
             acc.allocated += s.weight as u64;
+            acc.allocating[k] += s.weight as u64;
         }
         if at_peak {
             acc.retained += signed;
-            let k = ((s.time_us / window_us) as usize).min(windows - 1);
             acc.delta[k] += signed;
+            *acc.callers.entry(callers).or_default() += signed;
             // The library frame right beneath the line says what allocates ("parse_qs").
             if let Some(&below) = beneath.last() {
                 let fr = profile.frame(below);
@@ -144,7 +154,12 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         let frame = profile.frame(acc.frame);
         let path = user.resolve(&frame.file);
         let alloc_code = path.as_deref().and_then(|p| sources.line(p, frame.line));
-        let holder = path.as_deref().zip(alloc_code.as_deref()).and_then(|(p, code)| holder_of(&mut sources, p, frame.line, code));
+        let holder = path
+            .as_deref()
+            .zip(alloc_code.as_deref())
+            .and_then(|(p, code)| holder_of(&mut sources, p, frame.line, code))
+            .map(|(l, c)| (frame.file.clone(), frame.function.clone(), l, c))
+            .or_else(|| holder_in_callers(profile, user, &mut sources, acc));
         let beneath = beneath_clause(acc, 0);
         let values = [
             ("retained", bytes(acc.retained.max(0) as u64)),
@@ -156,10 +171,16 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             ("beneath", beneath),
         ];
         let t = &texts.retention;
-        let (line, code, why) = match &holder {
-            Some((l, c)) => (*l, Some(c.clone()), fill(&t.why_stored, &values)),
-            None => (frame.line, alloc_code.clone(), fill(&t.why_allocated, &values)),
+        let (file, function, line, code, why) = match &holder {
+            Some((f, func, l, c)) => (f.clone(), func.clone(), *l, Some(c.clone()), fill(&t.why_stored, &values)),
+            None => (frame.file.clone(), frame.function.clone(), frame.line, alloc_code.clone(), fill(&t.why_allocated, &values)),
         };
+        // Two allocating lines stored by one line (or one line seen as two frames, a
+        // generator's and its function's) are one finding.
+        if let Some(same) = findings.iter_mut().find(|f: &&mut Finding| f.kind == t.kind && f.file == file && f.line == line) {
+            same.share += share;
+            continue;
+        }
         let mut evidence = Vec::new();
         if holder.is_some() {
             evidence.push(Evidence { frame: format!("allocated at line {}", frame.line), file: frame.file.clone(), line: frame.line, share });
@@ -168,9 +189,9 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         findings.push(Finding {
             rank: 0,
             kind: t.kind.clone(),
-            file: frame.file.clone(),
+            file,
             line,
-            function: frame.function.clone(),
+            function,
             code,
             share,
             max_speedup: None,
@@ -199,6 +220,9 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             continue;
         }
         let frame = profile.frame(acc.frame);
+        if findings.iter().any(|f| f.file == frame.file && f.line == frame.line) {
+            continue;
+        }
         let code = user.resolve(&frame.file).and_then(|p| sources.line(&p, frame.line));
         let values = [
             ("allocated", bytes(acc.allocated)),
@@ -221,7 +245,8 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             advice: t.advice.clone(),
             why: fill(&t.why, &values),
             evidence: Vec::new(),
-            recurrence: acc.delta.iter().filter(|d| **d != 0).count() as f64 / windows as f64,
+            // Windows in which the line allocated at all: its net change is about nil, by definition.
+            recurrence: acc.allocating.iter().filter(|a| **a > 0).count() as f64 / windows as f64,
             rule: "memory-churn".into(),
             explained: 1.0,
             enclosing_loop: None,
@@ -268,16 +293,56 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
     }
 }
 
-/// The deepest user frame of a stack, with the frames beneath it (leaf first).
-fn frontier_of(profile: &Profile, user: &UserCode, stack: Option<StackId>) -> Option<(FrameId, Vec<FrameId>)> {
+#[derive(Clone)]
+struct Frontier {
+    /// The deepest user frame.
+    frame: FrameId,
+    /// The frames beneath it, leaf first.
+    beneath: Vec<FrameId>,
+    /// The user frames above it, nearest first, up to [`CALLERS_SEARCHED`].
+    callers: Vec<FrameId>,
+}
+
+fn frontier_of(profile: &Profile, user: &UserCode, stack: Option<StackId>) -> Option<Frontier> {
     let mut beneath = Vec::new();
-    for f in profile.stack_frames_leaf_first(stack) {
+    let mut frames = profile.stack_frames_leaf_first(stack);
+    for f in frames.by_ref() {
         if user.origin(profile.frame(f)) == Origin::User {
-            return Some((f, beneath));
+            let callers = frames.filter(|&c| user.origin(profile.frame(c)) == Origin::User).take(CALLERS_SEARCHED).collect();
+            return Some(Frontier { frame: f, beneath, callers });
         }
         beneath.push(f);
     }
     None
+}
+
+/// The line that stores what a helper allocated and returned: through the user callers that
+/// retain most of the line's bytes, nearest first, a call site that stores the result itself
+/// (`cache[key] = build(req)`), or assigns it to a name a later line stores
+/// (`view = build(req)` ... `cache[key] = view`). As (file, function, line, code).
+fn holder_in_callers(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc) -> Option<(String, String, u32, String)> {
+    let (chain, _) = acc.callers.iter().filter(|(c, w)| !c.is_empty() && **w > 0).max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+    for &c in chain {
+        let frame = profile.frame(c);
+        let path = user.resolve(&frame.file)?;
+        let code = sources.line(&path, frame.line)?;
+        let found = if stores(&code) { Some((frame.line, code.trim().to_owned())) } else { holder_of(sources, &path, frame.line, &code) };
+        if let Some((line, text)) = found {
+            return Some((frame.file.clone(), frame.function.clone(), line, text));
+        }
+    }
+    None
+}
+
+/// A subscript or attribute assignment, or a call that adds to a container.
+fn store_pattern() -> Regex {
+    Regex::new(r"(\]\s*=[^=]|\.\w+\s*=[^=]|->\w+\s*=[^=]|\.(append|add|insert|setdefault|extend|push|push_back|put)\s*\()").unwrap()
+}
+
+/// Whether a line stores something into a longer-lived structure.
+fn stores(code: &str) -> bool {
+    let t = code.trim();
+    !t.starts_with('#') && !t.starts_with("//") && store_pattern().is_match(t)
 }
 
 /// Windows in which the line's retained bytes rose.
@@ -312,8 +377,9 @@ fn top_beneath(acc: &LineAcc, total: u64) -> Vec<Evidence> {
 fn holder_of(sources: &mut SourceCache, path: &Path, line: u32, code: &str) -> Option<(u32, String)> {
     let assign = Regex::new(r"^\s*(?:[A-Za-z_][\w\s\*]*?[\s\*])?([A-Za-z_]\w*)\s*(?::[^=]+)?=[^=]").ok()?;
     let name = assign.captures(code)?.get(1)?.as_str().to_owned();
-    let word = Regex::new(&format!(r"\b{}\b", regex::escape(&name))).ok()?;
-    let store = Regex::new(r"(\]\s*=[^=]|\.\w+\s*=[^=]|->\w+\s*=[^=]|\.(append|add|insert|setdefault|extend|push|push_back|put)\s*\()").ok()?;
+    // The name itself, not a field or element of it (`r->body_len`, `r.size`, `r[0]`).
+    let word = Regex::new(&format!(r"\b{}\b(?:[^.\[\w-]|-[^>]|$)", regex::escape(&name))).ok()?;
+    let store = store_pattern();
     let lines = sources.lines(path)?;
     let start = line as usize;
     let indent = |s: &str| s.len() - s.trim_start().len();
@@ -418,6 +484,54 @@ mod tests {
         }
         let d = diagnose_memory(&flat, &user, &MemoryOptions::default());
         assert!(d.findings.iter().all(|f| f.kind != "memory-retention"), "{:?}", d.findings);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A helper builds the value and returns it; its caller stores it, on the call's line or
+    /// a later one.
+    #[test]
+    fn the_storing_line_is_looked_for_in_the_callers_of_a_helper() {
+        let dir = std::env::temp_dir().join(format!("onefix-memdiag-callers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = write(
+            &dir,
+            "app.py",
+            "CACHE = {}\n\ndef build(req):\n    return [req] * 1000\n\ndef handle(req):\n    view = build(req)\n    log(req)\n    CACHE[req] = view\n\ndef remember(req):\n    SEEN[req] = build(req)\n",
+        );
+        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+        let t = p.intern_thread(1, 1, None);
+        let built = p.intern_frame(Frame::python("build", file.clone(), 4));
+        let via_name = p.intern_frame(Frame::python("handle", file.clone(), 7));
+        let stack = p.intern_stack([via_name, built]);
+        for i in 0..100u64 {
+            p.samples.push(Sample { time_us: i * 100_000, thread: t, stack, state: ThreadState::default(), weight: 1000 });
+        }
+        let user = UserCode::new([&dir], None);
+        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
+        assert_eq!((d.findings[0].kind.as_str(), d.findings[0].line), ("memory-retention", 9), "{:#?}", d.findings);
+        assert_eq!(d.findings[0].function, "handle");
+        assert!(d.findings[0].why.contains("line 4"), "{}", d.findings[0].why);
+
+        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+        let t = p.intern_thread(1, 1, None);
+        let built = p.intern_frame(Frame::python("build", file.clone(), 4));
+        let stored_on_the_call = p.intern_frame(Frame::python("remember", file.clone(), 12));
+        let stack = p.intern_stack([stored_on_the_call, built]);
+        for i in 0..100u64 {
+            p.samples.push(Sample { time_us: i * 100_000, thread: t, stack, state: ThreadState::default(), weight: 1000 });
+        }
+        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
+        assert_eq!(d.findings[0].line, 12, "{:#?}", d.findings);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn storing_into_a_field_of_the_value_is_not_storing_the_value() {
+        let dir = std::env::temp_dir().join(format!("onefix-memdiag-field-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = write(&dir, "req.c", "void take(int n) {\n    struct req *r = malloc(sizeof *r);\n    r->body = malloc(r->body_len);\n    r->next = head;\n    list[n] = r;\n}\n");
+        let mut sources = SourceCache::default();
+        assert_eq!(holder_of(&mut sources, Path::new(&file), 2, "    struct req *r = malloc(sizeof *r);").map(|h| h.0), Some(5));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
