@@ -23,11 +23,14 @@ pub struct Options {
     pub max_hot_lines: usize,
     /// A line seen in fewer than this fraction of the time windows is start-up, not a finding.
     pub min_recurrence: f64,
+    /// CPUs of the machine the recording was made on, when known: the work that stays after
+    /// a fix runs on them, which bounds what the fix can gain.
+    pub cpus: Option<u32>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { mode: Mode::Wall, min_share: 0.05, max_findings: 5, max_hot_lines: 12, min_recurrence: 0.3 }
+        Options { mode: Mode::Wall, min_share: 0.05, max_findings: 5, max_hot_lines: 12, min_recurrence: 0.3, cpus: None }
     }
 }
 
@@ -56,6 +59,14 @@ const TORN_MIN_CLEAN: u64 = 5;
 /// were charged to, when those two are at most this far apart: a merged sample's time is its
 /// first tick, so one merge span plus a tick on each side.
 const BRACKET_US: u64 = 2 * onefix_model::MERGE_SPAN_US;
+
+/// A stretch of the run: its busy weight (the gain bound's denominator), the part of it on a
+/// CPU, and its length.
+struct Stretch {
+    busy: u64,
+    running: u64,
+    seconds: f64,
+}
 
 /// What the clean reads sharing a torn read's innermost frame (or function, or file) say.
 enum SoleLine {
@@ -442,7 +453,8 @@ impl Engine<'_> {
         // Busy weight over time: the denominator of a line's share over the stretch where it
         // recurs (first to last sighting), which leaves start-up and wind-down out of its gain
         // bound.
-        let mut busy_timeline: Vec<(u64, u64)> = Vec::new();
+        // With each sample's running weight: the CPU work that stays when a line's cost goes.
+        let mut busy_timeline: Vec<(u64, u64, u64)> = Vec::new();
         let mut total_weight = 0u64;
         let mut idle_weight = 0u64;
         let mut incomplete = 0u64;
@@ -469,7 +481,7 @@ impl Engine<'_> {
             match self.parked(s.stack) {
                 Some(true) if works[s.thread as usize] => {
                     parked_in_busy += w;
-                    busy_timeline.push((s.time_us, w));
+                    busy_timeline.push((s.time_us, w, 0));
                     continue;
                 }
                 Some(_) => {
@@ -490,7 +502,7 @@ impl Engine<'_> {
                 unplaced.push(s);
                 continue;
             }
-            busy_timeline.push((s.time_us, w));
+            busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
@@ -530,10 +542,10 @@ impl Engine<'_> {
             let w = s.weight as u64;
             incomplete -= w;
             recovered += w;
-            busy_timeline.push((s.time_us, w));
+            let running = self.running(s);
+            busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
             let window = (s.time_us / window_us) as usize;
             active_windows[window] = true;
-            let running = self.running(s);
             self.charge(line, stack, s, running, window, nwindows);
             placed.push((s.thread, s.time_us, line, stack));
         }
@@ -553,28 +565,30 @@ impl Engine<'_> {
             let w = s.weight as u64;
             incomplete -= w;
             bracketed += w;
-            busy_timeline.push((s.time_us, w));
+            let running = self.running(s);
+            busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
             let window = (s.time_us / window_us) as usize;
             active_windows[window] = true;
-            let running = self.running(s);
             self.charge(before.2, before.3, s, running, window, nwindows);
         }
         let busy_weight = total_weight - idle_weight - incomplete;
-        busy_timeline.sort_by_key(|&(t, _)| t);
-        let mut cumulative = 0u64;
-        let busy_cumulative: Vec<(u64, u64)> = busy_timeline
+        busy_timeline.sort_by_key(|&(t, _, _)| t);
+        let (mut cumulative, mut cumulative_running) = (0u64, 0u64);
+        let busy_cumulative: Vec<(u64, u64, u64)> = busy_timeline
             .iter()
-            .map(|&(t, w)| {
+            .map(|&(t, w, r)| {
                 cumulative += w;
-                (t, cumulative)
+                cumulative_running += r;
+                (t, cumulative, cumulative_running)
             })
             .collect();
-        // Busy weight of the samples taken from `from` to `to` inclusive.
-        let busy_between = |from: u64, to: u64| -> u64 {
-            let start = busy_cumulative.partition_point(|&(t, _)| t < from);
-            let end = busy_cumulative.partition_point(|&(t, _)| t <= to);
-            let upto = |i: usize| if i == 0 { 0 } else { busy_cumulative[i - 1].1 };
-            upto(end) - upto(start)
+        // Busy and running weight of the samples taken from `from` to `to` inclusive.
+        let busy_between = |from: u64, to: u64| -> Stretch {
+            let start = busy_cumulative.partition_point(|&(t, _, _)| t < from);
+            let end = busy_cumulative.partition_point(|&(t, _, _)| t <= to);
+            let upto = |i: usize| if i == 0 { (0, 0) } else { (busy_cumulative[i - 1].1, busy_cumulative[i - 1].2) };
+            let ((b0, r0), (b1, r1)) = (upto(start), upto(end));
+            Stretch { busy: b1 - b0, running: r1 - r0, seconds: to.saturating_sub(from) as f64 / 1e6 }
         };
         let active_window_count = active_windows.iter().filter(|&&a| a).count().max(1);
 
@@ -645,8 +659,8 @@ impl Engine<'_> {
                 ));
                 continue;
             }
-            let steady_weight = busy_between(self.lines[l].first_us, self.lines[l].last_us);
-            let mut finding = self.explain(l, recurrence, steady_weight, &share, mode);
+            let stretch = busy_between(self.lines[l].first_us, self.lines[l].last_us);
+            let mut finding = self.explain(l, recurrence, &stretch, &share, opts);
             if finding.kind == "lock-contention" {
                 // Said with what the holder does meanwhile: that is the work to move out.
                 if let Some((held_line, w)) = self.held_work(l, mode) {
@@ -800,10 +814,11 @@ impl Engine<'_> {
 
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
     /// thread state and self time show.
-    /// `steady_weight` is the busy weight between the line's first and last
-    /// sighting: the part of the run that repeats it, from which the gain bound is computed.
-    fn explain(&mut self, l: usize, recurrence: f64, steady_weight: u64, share: &dyn Fn(u64) -> f64, mode: Mode) -> Finding {
+    /// `stretch` is the part of the run between the line's first and last sighting: the part
+    /// that repeats it, from which the gain bound is computed.
+    fn explain(&mut self, l: usize, recurrence: f64, stretch: &Stretch, share: &dyn Fn(u64) -> f64, opts: &Options) -> Finding {
         let profile = self.profile;
+        let mode = opts.mode;
         let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
         let mut entry_weight: HashMap<u16, u64> = HashMap::new();
         let mut frame_incl: HashMap<FrameId, u64> = HashMap::new();
@@ -1022,6 +1037,27 @@ impl Engine<'_> {
             frame.line
         );
         evidence.truncate(6);
+        let amdahl = speedup(weight as f64 / stretch.busy.max(1) as f64);
+        // The work the line does not do stays, and runs on the machine's CPUs at best: a
+        // bound past that (a lock whose holders compute, on fewer CPUs than threads) is no bound.
+        let line_running = weight - blocked;
+        let cpu_cap = match (opts.cpus, profile.seconds_per_weight()) {
+            (Some(cpus), Some(spw)) if stretch.seconds > 0.0 && stretch.running > line_running => {
+                let cpu_seconds = (stretch.running - line_running) as f64 * spw;
+                Some((cpus as f64 * stretch.seconds / cpu_seconds, cpus, cpu_seconds))
+            }
+            _ => None,
+        };
+        let max_speedup = match (amdahl, cpu_cap) {
+            (Some(a), Some((cap, cpus, cpu_seconds))) if cap < a => {
+                why = format!(
+                    "{why}; the work that stays needs {cpu_seconds:.1} CPU-seconds of this {:.1} s stretch on the machine's {cpus} CPUs, so removing this cost can gain {cap:.1}x at most",
+                    stretch.seconds
+                );
+                Some(cap.max(1.0))
+            }
+            (a, _) => a,
+        };
         Finding {
             rank: 0,
             kind,
@@ -1030,8 +1066,8 @@ impl Engine<'_> {
             function,
             code,
             share: line_share,
-            max_speedup: speedup(self.lines[l].weight as f64 / steady_weight.max(1) as f64),
-            bound_weight: steady_weight,
+            max_speedup,
+            bound_weight: stretch.busy,
             explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
             title,
             advice,
@@ -1430,6 +1466,37 @@ mod tests {
         assert_eq!((f.kind.as_str(), f.line), ("lock-contention", 5), "{f:?}");
         assert!(f.why.contains("the holder spends 25% of the time at app.py:11 `return digest(key)`"), "{}", f.why);
         assert_eq!(f.evidence[0].line, 11, "{:?}", f.evidence);
+    }
+
+    #[test]
+    fn a_bound_is_capped_by_the_cpus_the_remaining_work_needs() {
+        let (dir, app) = write_app(
+            "cpu-cap",
+            "import threading\nlock = threading.Lock()\n\ndef thumb(key):\n    with lock:\n        return render(key)\n\ndef render(key):\n    return digest(key)\n",
+        );
+        let mut b = Builder::new();
+        for tick in 0..100 {
+            // One thread computes under the lock; three wait for it.
+            b.add(1, tick * 10, true, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 6), ("render", &app, 9)]);
+            for tid in 2..5 {
+                b.add(tid, tick * 10, false, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 5)]);
+            }
+        }
+        let bound = |cpus: Option<u32>| {
+            let user = UserCode::new([dir.to_str().unwrap()], Some(dir.as_path()));
+            let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options { cpus, ..Options::default() });
+            let f = d.findings.iter().find(|f| f.kind == "lock-contention").unwrap().clone();
+            (f.max_speedup.unwrap(), f.why)
+        };
+        // Amdahl alone: the waits are three quarters of the busy time.
+        let (amdahl, _) = bound(None);
+        assert!((amdahl - 4.0).abs() < 0.05, "{amdahl}");
+        assert_eq!(bound(Some(8)).0, amdahl, "eight CPUs run the remaining second of CPU work in time");
+        // Two CPUs: the holder's second of computing takes half the stretch at best.
+        let (capped, why) = bound(Some(2));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!((capped - 1.98).abs() < 0.05, "{capped}");
+        assert!(why.contains("on the machine's 2 CPUs"), "{why}");
     }
 
     #[test]

@@ -94,14 +94,35 @@ fn knowledge_base() -> &'static KnowledgeBase {
 
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
     let user = user_code(profile, args);
-    diagnose(profile, knowledge_base(), &user, &Options { mode, ..Options::default() })
+    diagnose(profile, knowledge_base(), &user, &Options { mode, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() })
 }
 
 /// The diagnosis with every user line in `hot_lines`, not only the hottest: for comparing
 /// recordings slice by slice.
 pub fn run_diagnosis_all_lines(profile: &Profile, mode: Mode) -> Diagnosis {
     let user = user_code(profile, &OutputArgs::default());
-    diagnose(profile, knowledge_base(), &user, &Options { mode, max_hot_lines: usize::MAX, ..Options::default() })
+    diagnose(profile, knowledge_base(), &user, &Options { mode, max_hot_lines: usize::MAX, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() })
+}
+
+/// The name of the recording machine's facts among a recording's attachments.
+pub const MACHINE_ATTACHMENT: &str = "machine";
+
+/// What the diagnosis needs to know of the machine a recording was made on.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Machine {
+    /// CPUs the target could run on.
+    pub cpus: u32,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        Machine { cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32) }
+    }
+
+    /// The machine a recording was made on; `None` for recordings made before it was kept.
+    pub fn of(profile: &Profile) -> Option<Machine> {
+        profile.attachments.get(MACHINE_ATTACHMENT).and_then(|b| serde_json::from_slice(b).ok())
+    }
 }
 
 /// Writes every output asked for, then the terminal summary on stdout. An output that cannot

@@ -98,6 +98,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let mut profile = Profile::new(meta);
     let mut writer = RecordingWriter::new(BufWriter::new(file), &profile.meta)
         .with_context(|| format!("cannot write the recording to {}", output.display()))?;
+    // The machine's CPUs bound what a fix can gain: the work that remains runs on them.
+    let machine = serde_json::to_vec(&outputs::Machine::this()).unwrap_or_default();
+    profile.attachments.insert(outputs::MACHINE_ATTACHMENT.to_owned(), machine.clone());
+    writer.write_attachment(outputs::MACHINE_ATTACHMENT, &machine).with_context(|| format!("cannot write the recording to {}", output.display()))?;
 
     let schedule = Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
     let progress = !args.outputs.quiet && std::io::stderr().is_terminal();

@@ -152,7 +152,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         let now_us = started.elapsed().as_micros() as u64;
         window.retain(|s| s.time_us + window_us >= now_us);
         profile.samples = window.clone();
-        let diagnosis = diagnose(&profile, &kb, &user, &Options { mode, ..Options::default() });
+        let diagnosis = diagnose(&profile, &kb, &user, &Options { mode, cpus: Some(outputs::Machine::this().cpus), ..Options::default() });
         profile.take_samples();
         let status = TopStatus {
             target: target_desc.clone(),
