@@ -28,13 +28,16 @@ pub struct MemoryOptions {
     pub min_churn_share: f64,
     /// ...and keeps at most this fraction of what it allocated.
     pub max_churn_kept: f64,
+    /// A line that did not grow but holds this share of the heap at its peak, and frees most of
+    /// it afterwards, is the peak itself: data held whole.
+    pub min_peak_share: f64,
     pub max_findings: usize,
     pub max_hot_lines: usize,
 }
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        MemoryOptions { windows: 10, min_retained_share: 0.10, min_growth: 0.4, min_churn_share: 0.20, max_churn_kept: 0.05, max_findings: 5, max_hot_lines: 12 }
+        MemoryOptions { windows: 10, min_retained_share: 0.10, min_growth: 0.4, min_churn_share: 0.20, max_churn_kept: 0.05, min_peak_share: 0.5, max_findings: 5, max_hot_lines: 12 }
     }
 }
 
@@ -42,6 +45,7 @@ impl Default for MemoryOptions {
 struct Texts {
     retention: RetentionText,
     churn: ChurnText,
+    peak: ChurnText,
 }
 
 #[derive(Deserialize)]
@@ -80,6 +84,8 @@ struct LineAcc {
     /// Net bytes (allocations minus frees) per time window, up to the heap's peak.
     delta: Vec<i64>,
     retained: i64,
+    /// Net bytes at the end of the recording: what the line still held when the target ended.
+    live_at_end: i64,
     /// Retained bytes under each frame beneath the line, by qualified name.
     beneath: HashMap<String, (i64, String, u32)>,
     /// Retained bytes by the user frames that called the line (nearest first, up to
@@ -123,6 +129,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             acc.allocated += s.weight as u64;
             acc.allocating[k] += s.weight as u64;
         }
+        acc.live_at_end += signed;
         if at_peak {
             acc.retained += signed;
             acc.delta[k] += signed;
@@ -149,6 +156,9 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         }
         let grew = growth_windows(&acc.delta);
         if (grew as f64) < opts.min_growth * windows as f64 {
+            if share >= opts.min_peak_share && acc.live_at_end * 2 <= acc.retained {
+                findings.push(peak_finding(profile, user, &mut sources, acc, share, &texts.peak));
+            }
             continue;
         }
         let frame = profile.frame(acc.frame);
@@ -290,6 +300,31 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         findings,
         hot_lines,
         notes,
+    }
+}
+
+/// A line that is the heap's peak by itself: allocated in a burst, freed afterwards.
+fn peak_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc, share: f64, t: &ChurnText) -> Finding {
+    let frame = profile.frame(acc.frame);
+    let values = [("retained", bytes(acc.retained.max(0) as u64)), ("share", percent(share)), ("beneath", beneath_clause(acc, 1))];
+    Finding {
+        rank: 0,
+        kind: t.kind.clone(),
+        file: frame.file.clone(),
+        line: frame.line,
+        function: frame.function.clone(),
+        code: user.resolve(&frame.file).and_then(|p| sources.line(&p, frame.line)),
+        share,
+        max_speedup: None,
+        bound_weight: 0,
+        title: fill(&t.title, &values),
+        advice: t.advice.clone(),
+        why: fill(&t.why, &values),
+        evidence: Vec::new(),
+        recurrence: acc.allocating.iter().filter(|a| **a > 0).count() as f64 / acc.allocating.len().max(1) as f64,
+        rule: "memory-peak".into(),
+        explained: 1.0,
+        enclosing_loop: None,
     }
 }
 
@@ -523,6 +558,31 @@ mod tests {
         let d = diagnose_memory(&p, &user, &MemoryOptions::default());
         assert_eq!(d.findings[0].line, 12, "{:#?}", d.findings);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn data_held_whole_and_freed_afterwards_is_the_peak_not_a_leak() {
+        let dir = std::env::temp_dir().join(format!("onefix-memdiag-peak-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = write(&dir, "etl.py", "def run(path):\n    lines = open(path).read().splitlines()\n    return sum(len(l) for l in lines)\n");
+        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+        let t = p.intern_thread(1, 1, None);
+        let whole = p.intern_frame(Frame::python("run", file.clone(), 2));
+        let stack = p.intern_stack([whole]);
+        // Read in one burst, held while it is summed, then dropped.
+        for i in 0..100u64 {
+            p.samples.push(Sample { time_us: 1_000_000 + i, thread: t, stack, state: ThreadState::default(), weight: 100_000 });
+        }
+        for i in 0..100u64 {
+            p.samples.push(Sample { time_us: 6_000_000 + i, thread: t, stack, state: ThreadState(ThreadState::FREED), weight: 100_000 });
+        }
+        let user = UserCode::new([&dir], None);
+        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!((f.kind.as_str(), f.line), ("memory-peak", 2), "{:#?}", d.findings);
+        assert!(f.advice.contains("in pieces"), "{}", f.advice);
+        assert!(d.findings.iter().all(|f| f.kind != "memory-retention" && f.kind != "allocation-churn"), "{:#?}", d.findings);
     }
 
     #[test]
