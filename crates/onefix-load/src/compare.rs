@@ -430,6 +430,7 @@ mod tests {
             achieved_rps: rps,
             bytes_sent: 0,
             bytes_received: 0,
+            connections_opened: 0,
             latency_ms: LatencySummary { p50: mean, p90: mean * 1.5, p99: mean * 2.0, p999: mean * 2.5, min: 0.1, max: mean * 3.0, mean, stddev: mean / 4.0 },
             service_time_ms: LatencySummary::default(),
             windows,

@@ -422,6 +422,7 @@ async fn connection(local: Rc<Local>) {
             let mut win = local.win.borrow_mut();
             if let Some(c) = conn.as_mut() {
                 st.c.bytes_received += std::mem::take(&mut c.bytes_in);
+                st.c.connections_opened += std::mem::take(&mut c.uncounted) as u64;
             }
             st.end_ns = done_ns;
             match outcome {
@@ -708,6 +709,7 @@ fn run_plan(
         achieved_rps: c.completed as f64 / elapsed_s,
         bytes_sent: c.bytes_sent,
         bytes_received: c.bytes_received,
+        connections_opened: c.connections_opened,
         latency_ms: stats::summarize(&corrected),
         service_time_ms: stats::summarize(&service),
         windows,

@@ -31,6 +31,8 @@ pub struct Conn {
     response_bytes: u64,
     /// Responses read whole on this connection.
     served: u64,
+    /// Not yet counted among the connections the run opened.
+    pub uncounted: bool,
 }
 
 fn classify_connect(e: &io::Error) -> ErrorKind {
@@ -64,7 +66,7 @@ impl Conn {
     pub async fn connect(addr: SocketAddr) -> Result<Conn, ErrorKind> {
         let stream = TcpStream::connect(addr).await.map_err(|e| classify_connect(&e))?;
         let _ = stream.set_nodelay(true);
-        Ok(Conn { stream, buf: vec![0; INITIAL_BUF], filled: 0, bytes_in: 0, response_bytes: 0, served: 0 })
+        Ok(Conn { stream, buf: vec![0; INITIAL_BUF], filled: 0, bytes_in: 0, response_bytes: 0, served: 0, uncounted: true })
     }
 
     /// True after a failure on a kept-alive connection before any byte of the answer: the

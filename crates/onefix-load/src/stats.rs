@@ -166,6 +166,11 @@ pub struct LoadResult {
     pub achieved_rps: f64,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// TCP connections opened: the connections asked for, plus every one a server closed (or
+    /// answered `Connection: close` on) and a request had to open again. Absent from results
+    /// written before it was counted.
+    #[serde(default)]
+    pub connections_opened: u64,
     /// Latency of completed requests, from the time each was due to be sent (corrected for
     /// coordinated omission), to the end of its response.
     pub latency_ms: LatencySummary,
@@ -226,6 +231,7 @@ pub struct Counters {
     pub status_codes: HashMap<u16, u64>,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    pub connections_opened: u64,
 }
 
 impl Counters {
@@ -257,6 +263,7 @@ impl Counters {
         }
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;
+        self.connections_opened += o.connections_opened;
     }
 
     pub fn errors(&self) -> Errors {

@@ -132,6 +132,10 @@ pub fn render(r: &LoadResult) -> String {
         }
     }
     let _ = writeln!(s, "  transfer    {} sent, {} received", fmt_bytes(r.bytes_sent), fmt_bytes(r.bytes_received));
+    // A server that closes kept-alive connections makes every request pay a new connection.
+    if r.keep_alive && r.connections_opened > r.connections {
+        let _ = writeln!(s, "  connects    {} opened for {} connections: the server closed them, so requests paid for new ones", r.connections_opened, r.connections);
+    }
     if let Some(rate) = r.target_rps {
         if r.completed > 0 && r.achieved_rps < 0.9 * rate && r.unsent > 0 {
             let _ = writeln!(

@@ -44,6 +44,8 @@ fn closed_loop_sends_exactly_the_requests_asked_for() {
     assert_eq!(server.requests.load(Ordering::Relaxed), 2000);
     // Keep-alive: one connection per client connection.
     assert!(server.connections.load(Ordering::Relaxed) <= 5, "{}", server.connections.load(Ordering::Relaxed));
+    // Every one but the reachability check's is counted, once.
+    assert_eq!(r.connections_opened, server.connections.load(Ordering::Relaxed) as u64 - 1);
     assert_eq!(r.status_codes.get("200"), Some(&2000));
     assert_eq!(r.mode, "closed");
     assert!(r.latency_ms.p50 > 0.0 && r.latency_ms.p50 <= r.latency_ms.p99 && r.latency_ms.p99 <= r.latency_ms.max);
@@ -206,6 +208,9 @@ fn kept_alive_connections_the_server_closed_are_replaced_without_an_error() {
     let r = load(&cfg);
     assert_eq!(r.completed, 100, "{:?}", r.errors);
     assert_eq!(r.errors.total, 0);
+    assert_eq!(r.connections_opened, 100, "each request paid for a new connection");
+    let said = onefix_load::summary::render(&r);
+    assert!(said.contains("100 opened for"), "{said}");
 }
 
 #[test]
@@ -265,6 +270,7 @@ fn a_new_connection_per_request_when_asked() {
     assert!(!r.keep_alive);
     // One for the reachability check, one per request.
     assert_eq!(server.connections.load(Ordering::Relaxed), 201);
+    assert_eq!(r.connections_opened, 200);
 }
 
 #[test]
