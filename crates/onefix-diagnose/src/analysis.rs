@@ -1446,20 +1446,25 @@ mod tests {
         (dir, app_s)
     }
 
-    #[test]
-    fn a_contended_lock_says_what_its_holder_does_meanwhile() {
+    /// Four threads on one lock: one renders under it, three wait for it, for a second.
+    fn contended_lock(tag: &str) -> (std::path::PathBuf, Builder) {
         let (dir, app) = write_app(
-            "held",
+            tag,
             "import threading\nlock = threading.Lock()\n\ndef thumb(key):\n    with lock:\n        if key not in cache:\n            cache[key] = render(key)\n        return cache[key]\n\ndef render(key):\n    return digest(key)\n",
         );
         let mut b = Builder::new();
         for tick in 0..100 {
-            // One thread renders under the lock; three wait for it.
             b.add(1, tick * 10, true, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 7), ("render", &app, 11)]);
             for tid in 2..5 {
                 b.add(tid, tick * 10, false, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 5)]);
             }
         }
+        (dir, b)
+    }
+
+    #[test]
+    fn a_contended_lock_says_what_its_holder_does_meanwhile() {
+        let (dir, b) = contended_lock("held");
         let d = b.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
         let f = &d.findings[0];
@@ -1470,18 +1475,7 @@ mod tests {
 
     #[test]
     fn a_bound_is_capped_by_the_cpus_the_remaining_work_needs() {
-        let (dir, app) = write_app(
-            "cpu-cap",
-            "import threading\nlock = threading.Lock()\n\ndef thumb(key):\n    with lock:\n        return render(key)\n\ndef render(key):\n    return digest(key)\n",
-        );
-        let mut b = Builder::new();
-        for tick in 0..100 {
-            // One thread computes under the lock; three wait for it.
-            b.add(1, tick * 10, true, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 6), ("render", &app, 9)]);
-            for tid in 2..5 {
-                b.add(tid, tick * 10, false, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 5)]);
-            }
-        }
+        let (dir, b) = contended_lock("cpu-cap");
         let bound = |cpus: Option<u32>| {
             let user = UserCode::new([dir.to_str().unwrap()], Some(dir.as_path()));
             let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options { cpus, ..Options::default() });

@@ -533,31 +533,29 @@ mod tests {
             "app.py",
             "CACHE = {}\n\ndef build(req):\n    return [req] * 1000\n\ndef handle(req):\n    view = build(req)\n    log(req)\n    CACHE[req] = view\n\ndef remember(req):\n    SEEN[req] = build(req)\n",
         );
-        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
-        let t = p.intern_thread(1, 1, None);
-        let built = p.intern_frame(Frame::python("build", file.clone(), 4));
-        let via_name = p.intern_frame(Frame::python("handle", file.clone(), 7));
-        let stack = p.intern_stack([via_name, built]);
-        for i in 0..100u64 {
-            p.samples.push(Sample { time_us: i * 100_000, thread: t, stack, state: ThreadState::default(), weight: 1000 });
-        }
         let user = UserCode::new([&dir], None);
-        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
+        let via_name = growing(&[("handle", &file, 7), ("build", &file, 4)]);
+        let d = diagnose_memory(&via_name, &user, &MemoryOptions::default());
         assert_eq!((d.findings[0].kind.as_str(), d.findings[0].line), ("memory-retention", 9), "{:#?}", d.findings);
         assert_eq!(d.findings[0].function, "handle");
         assert!(d.findings[0].why.contains("line 4"), "{}", d.findings[0].why);
+        let stored_on_the_call = growing(&[("remember", &file, 12), ("build", &file, 4)]);
+        let d = diagnose_memory(&stored_on_the_call, &user, &MemoryOptions::default());
+        assert_eq!(d.findings[0].line, 12, "{:#?}", d.findings);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
+    /// A heap that grows by 1000 bytes every 100 ms for 10 s, all allocated under `frames`
+    /// (outermost first).
+    fn growing(frames: &[(&str, &str, u32)]) -> Profile {
         let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
         let t = p.intern_thread(1, 1, None);
-        let built = p.intern_frame(Frame::python("build", file.clone(), 4));
-        let stored_on_the_call = p.intern_frame(Frame::python("remember", file.clone(), 12));
-        let stack = p.intern_stack([stored_on_the_call, built]);
+        let ids: Vec<FrameId> = frames.iter().map(|&(f, file, line)| p.intern_frame(Frame::python(f, file, line))).collect();
+        let stack = p.intern_stack(ids);
         for i in 0..100u64 {
             p.samples.push(Sample { time_us: i * 100_000, thread: t, stack, state: ThreadState::default(), weight: 1000 });
         }
-        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
-        assert_eq!(d.findings[0].line, 12, "{:#?}", d.findings);
-        std::fs::remove_dir_all(&dir).unwrap();
+        p
     }
 
     #[test]
