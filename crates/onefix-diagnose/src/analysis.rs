@@ -357,6 +357,18 @@ impl Engine<'_> {
         *acc.by_stack.entry((stack, running)).or_default() += w;
     }
 
+    /// Charges a read that was left out at first (torn or empty) to `line` through `stack`,
+    /// and counts it in the busy time; gives its weight.
+    fn place(&mut self, s: &Sample, line: usize, stack: StackId, (window_us, nwindows): (u64, usize), busy_timeline: &mut Vec<(u64, u64, u64)>, active_windows: &mut [bool]) -> u64 {
+        let w = s.weight as u64;
+        let running = self.running(s);
+        busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
+        let window = (s.time_us / window_us) as usize;
+        active_windows[window] = true;
+        self.charge(line, stack, s, running, window, nwindows);
+        w
+    }
+
     /// Of clean stacks sharing an innermost frame (with their weights), the heaviest stack of
     /// the line they are charged to, when that line holds [`TORN_SOLE_LINE`] of their weight
     /// and there are enough of them to say so.
@@ -539,14 +551,9 @@ impl Engine<'_> {
                 still_unplaced.push(s);
                 continue;
             };
-            let w = s.weight as u64;
+            let w = self.place(s, line, stack, (window_us, nwindows), &mut busy_timeline, &mut active_windows);
             incomplete -= w;
             recovered += w;
-            let running = self.running(s);
-            busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
-            let window = (s.time_us / window_us) as usize;
-            active_windows[window] = true;
-            self.charge(line, stack, s, running, window, nwindows);
             placed.push((s.thread, s.time_us, line, stack));
         }
         // What is still unplaced (an empty read, a torn one of code seen nowhere else) is
@@ -562,14 +569,9 @@ impl Engine<'_> {
             if before.0 != s.thread || after.0 != s.thread || before.2 != after.2 || after.1 - before.1 > BRACKET_US {
                 continue;
             }
-            let w = s.weight as u64;
+            let w = self.place(s, before.2, before.3, (window_us, nwindows), &mut busy_timeline, &mut active_windows);
             incomplete -= w;
             bracketed += w;
-            let running = self.running(s);
-            busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
-            let window = (s.time_us / window_us) as usize;
-            active_windows[window] = true;
-            self.charge(before.2, before.3, s, running, window, nwindows);
         }
         let busy_weight = total_weight - idle_weight - incomplete;
         busy_timeline.sort_by_key(|&(t, _, _)| t);
@@ -1552,14 +1554,16 @@ mod tests {
         assert!(f.why.contains("(mean 1.0 over 50 ms windows, at most 1.0)"), "{}", f.why);
     }
 
+    /// A stack of native frames (outermost first) of the program `/app/server`.
+    fn native(p: &mut Profile, stack: &[(&str, &str, u32)]) -> Option<StackId> {
+        let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
+        p.intern_stack(ids)
+    }
+
     #[test]
     fn native_waits_for_others_and_the_go_runtime_are_idle() {
         let (dir, app) = write_app("native-idle", "package main\n\nfunc main() {\n\twg.Wait()\n\twork()\n}\n");
         let mut b = Builder::new();
-        let native = |p: &mut Profile, stack: &[(&str, &str, u32)]| {
-            let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
-            p.intern_stack(ids)
-        };
         for tick in 0..200u64 {
             let joined = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 4), ("sync.(*WaitGroup).Wait", "/usr/lib/go-1.19/src/sync/waitgroup.go", 136), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
             let parked = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("runtime.bgsweep", "/usr/lib/go-1.19/src/runtime/mgcsweep.go", 278), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
@@ -1582,10 +1586,6 @@ mod tests {
     fn native_servers_waiting_for_connections_and_joins_through_glibc_are_idle() {
         let (dir, app) = write_app("native-server", "int main() {\n  serve();\n  join();\n  work();\n}\n");
         let mut b = Builder::new();
-        let native = |p: &mut Profile, stack: &[(&str, &str, u32)]| {
-            let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
-            p.intern_stack(ids)
-        };
         for tick in 0..200u64 {
             // C: the line calls accept(); a join whose pthread_join frame glibc tail-called away;
             // Rust's standard library as v0 mangling names it; Go's http.Server in a goroutine.
