@@ -829,6 +829,12 @@ impl Engine<'_> {
         let mut caller_weight: Vec<HashMap<FrameId, u64>> = Vec::new();
         // The functions the line itself calls, by the weight under each.
         let mut direct_callee: HashMap<FrameId, u64> = HashMap::new();
+        // The first frame seen of each function (file, name), which stands for all its lines.
+        let mut function_frame: HashMap<(&str, &str), FrameId> = HashMap::new();
+        let function_of = |f: FrameId| {
+            let fr = profile.frame(f);
+            (fr.file.as_str(), fr.function.as_str())
+        };
         for &((stack, active), w) in &by_stack {
             let i = self.stacks[stack as usize].unwrap() as usize;
             let facts = &self.stack_facts[i];
@@ -837,17 +843,22 @@ impl Engine<'_> {
                     *entry_weight.entry(e).or_default() += w;
                 }
             }
+            // By function, not by frame: a function seen at several of its lines is one piece of
+            // evidence with all of its time.
             let mut seen = Vec::with_capacity(facts.beneath.len());
             for &f in &facts.beneath {
+                let f = *function_frame.entry(function_of(f)).or_insert(f);
                 if !seen.contains(&f) {
                     seen.push(f);
                     *frame_incl.entry(f).or_default() += w;
                 }
             }
             if let Some(&leaf) = facts.beneath.first() {
+                let leaf = *function_frame.entry(function_of(leaf)).or_insert(leaf);
                 *leaf_self.entry(leaf).or_default() += w;
             }
             if let Some(&called) = facts.beneath.last() {
+                let called = *function_frame.entry(function_of(called)).or_insert(called);
                 *direct_callee.entry(called).or_default() += w;
             }
             for (depth, &c) in facts.callers.iter().enumerate() {
@@ -1196,6 +1207,22 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.frame == "httpx._config.create_ssl_context"), "{:?}", f.evidence);
         assert_eq!(d.hot_lines[1].line, 14);
         assert!((d.hot_lines[1].self_share - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn evidence_counts_a_function_at_all_of_its_lines() {
+        let strptime = format!("{LIB}/_strptime.py");
+        let mut b = Builder::new();
+        for ms in 0..100u64 {
+            // The library function is read at a different line of its own half of the time.
+            let at = if ms % 2 == 0 { 500 } else { 530 };
+            b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 3), ("parse_rows", "/app/main.py", 12), ("_strptime", &strptime, at)]);
+        }
+        let d = b.diagnose("/app");
+        let f = &d.findings[0];
+        let e = f.evidence.iter().find(|e| e.frame.ends_with("_strptime")).unwrap_or_else(|| panic!("{:?}", f.evidence));
+        assert!((e.share - 1.0).abs() < 1e-9, "{:?}", f.evidence);
+        assert!(f.why.contains("_strptime"), "{}", f.why);
     }
 
     #[test]
