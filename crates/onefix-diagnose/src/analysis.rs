@@ -37,6 +37,8 @@ impl Default for Options {
 /// A thread works when at least this fraction of its samples are not parked; only then do its
 /// event-loop waits count in the busy time.
 const WORKING_THREAD: f64 = 0.10;
+/// A thread that sleeps this fraction of its samples, while others work, is a background timer.
+const TIMER_THREAD: f64 = 0.95;
 /// In CPU mode, below this fraction of the ticks on a CPU, a program has no CPU cost to report.
 const MIN_CPU_USE: f64 = 0.05;
 /// Fewer samples than this say nothing reliable about a line, whatever their share.
@@ -409,6 +411,12 @@ impl Engine<'_> {
         None
     }
 
+    /// Whether the stack waits on the clock (a sleep): see [`crate::kb::EntrySpec::timer`].
+    fn on_timer(&mut self, stack: Option<StackId>) -> bool {
+        let Some(i) = self.stack(stack) else { return false };
+        self.stack_facts[i].cost.iter().any(|&e| self.kb.entries[e as usize].spec.timer)
+    }
+
     /// `Some(busy_time)` when the stack is parked for want of work.
     fn parked(&mut self, stack: Option<StackId>) -> Option<bool> {
         let i = self.stack(stack)?;
@@ -442,6 +450,7 @@ impl Engine<'_> {
         let nthreads = profile.threads().len();
         let mut thread_total = vec![0u64; nthreads];
         let mut thread_parked = vec![0u64; nthreads];
+        let mut thread_on_timer = vec![0u64; nthreads];
         for s in profile.samples.iter() {
             let running = self.running(s);
             if mode == Mode::Cpu && !running {
@@ -455,10 +464,17 @@ impl Engine<'_> {
             if self.parked(s.stack).is_some() {
                 thread_parked[s.thread as usize] += s.weight as u64;
             }
+            if !running && self.on_timer(s.stack) {
+                thread_on_timer[s.thread as usize] += s.weight as u64;
+            }
         }
         let works: Vec<bool> = (0..nthreads)
             .map(|t| thread_total[t] > 0 && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64)
             .collect();
+        // A watchdog or a flusher sleeping beside threads that do the work is not their cost.
+        let on_timer: Vec<bool> = (0..nthreads).map(|t| thread_total[t] > 0 && thread_on_timer[t] as f64 >= TIMER_THREAD * thread_total[t] as f64).collect();
+        let background: Vec<bool> =
+            (0..nthreads).map(|t| on_timer[t] && (0..nthreads).any(|o| o != t && works[o] && !on_timer[o])).collect();
 
         // Pass 2: charge the samples to their frontier lines.
         let mut active_windows = vec![false; nwindows];
@@ -490,6 +506,10 @@ impl Engine<'_> {
                 continue;
             }
             let window = (s.time_us / window_us) as usize;
+            if background[s.thread as usize] {
+                idle_weight += w;
+                continue;
+            }
             match self.parked(s.stack) {
                 Some(true) if works[s.thread as usize] => {
                     parked_in_busy += w;
@@ -708,7 +728,7 @@ impl Engine<'_> {
         };
         if idle_weight > 0 && idle_weight * 100 >= total_weight {
             notes.insert(0, format!(
-                "threads idle for want of work (waiting on a queue, for connections, or for other threads): {:.0}% of the sampled time, not counted as cost",
+                "threads idle for want of work (waiting on a queue, for connections, for other threads, or sleeping beside threads that work): {:.0}% of the sampled time, not counted as cost",
                 idle_weight as f64 * 100.0 / total_weight as f64
             ));
         }
@@ -1630,6 +1650,32 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!((d.busy_weight, d.idle_weight), (200, 800), "{:?}", d.findings);
         assert_eq!(d.findings.iter().map(|f| f.line).collect::<Vec<_>>(), [4]);
+    }
+
+    #[test]
+    fn a_thread_that_only_sleeps_beside_working_ones_is_a_background_timer() {
+        let (dir, app) = write_app("timer", "import time\n\ndef work():\n    while True:\n        crunch()\n\ndef watchdog():\n    while True:\n        time.sleep(1)\n");
+        // time.sleep is C: no frame of its own, the call is read off the line.
+        let mut b = Builder::new();
+        for tick in 0..200u64 {
+            b.add(1, tick * 10, true, &[("work", &app, 5)]);
+            b.add(2, tick * 10, false, &[("watchdog", &app, 9)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        assert_eq!((d.busy_weight, d.idle_weight), (200, 200), "{:?}", d.findings);
+        assert!(d.findings.iter().all(|f| f.line != 9), "{:?}", d.findings);
+        // Alone, a thread that mostly sleeps is the program waiting on the clock: a cost.
+        let mut alone = Builder::new();
+        for tick in 0..200u64 {
+            if tick % 20 == 0 {
+                alone.add(1, tick * 10, true, &[("work", &app, 5)]);
+            } else {
+                alone.add(1, tick * 10, false, &[("watchdog", &app, 9)]);
+            }
+        }
+        let d = alone.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(d.findings[0].line, 9, "{:?}", d.findings);
     }
 
     #[test]

@@ -79,6 +79,10 @@ pub struct EntrySpec {
     /// user code, such as a server's handler thread waiting for the next request.
     #[serde(default)]
     pub anywhere: bool,
+    /// For blocked-time entries: a wait on the clock. A thread that spends nearly all its time
+    /// in it while other threads work is a background timer (a watchdog, a flusher): idle.
+    #[serde(default)]
+    pub timer: bool,
     /// Entries whose cost this one brings about when both sit in the same loop (a client built
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]

@@ -29,15 +29,17 @@ pub struct MemoryOptions {
     /// ...and keeps at most this fraction of what it allocated.
     pub max_churn_kept: f64,
     /// A line that did not grow but holds this share of the heap at its peak, and frees most of
-    /// it afterwards, is the peak itself: data held whole.
+    /// it afterwards, is the peak itself: data held whole...
     pub min_peak_share: f64,
+    /// ...when it is at least this many bytes: a small heap's peak is nothing to fix.
+    pub min_peak_bytes: u64,
     pub max_findings: usize,
     pub max_hot_lines: usize,
 }
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        MemoryOptions { windows: 10, min_retained_share: 0.10, min_growth: 0.4, min_churn_share: 0.20, max_churn_kept: 0.05, min_peak_share: 0.5, max_findings: 5, max_hot_lines: 12 }
+        MemoryOptions { windows: 10, min_retained_share: 0.10, min_growth: 0.4, min_churn_share: 0.20, max_churn_kept: 0.05, min_peak_share: 0.5, min_peak_bytes: 16 << 20, max_findings: 5, max_hot_lines: 12 }
     }
 }
 
@@ -156,7 +158,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         }
         let grew = growth_windows(&acc.delta);
         if (grew as f64) < opts.min_growth * windows as f64 {
-            if share >= opts.min_peak_share && acc.live_at_end * 2 <= acc.retained {
+            if share >= opts.min_peak_share && acc.retained >= opts.min_peak_bytes as i64 && acc.live_at_end * 2 <= acc.retained {
                 findings.push(peak_finding(profile, user, &mut sources, acc, share, &texts.peak));
             }
             continue;
@@ -563,24 +565,29 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("onefix-memdiag-peak-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = write(&dir, "etl.py", "def run(path):\n    lines = open(path).read().splitlines()\n    return sum(len(l) for l in lines)\n");
-        let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
-        let t = p.intern_thread(1, 1, None);
-        let whole = p.intern_frame(Frame::python("run", file.clone(), 2));
-        let stack = p.intern_stack([whole]);
-        // Read in one burst, held while it is summed, then dropped.
-        for i in 0..100u64 {
-            p.samples.push(Sample { time_us: 1_000_000 + i, thread: t, stack, state: ThreadState::default(), weight: 100_000 });
-        }
-        for i in 0..100u64 {
-            p.samples.push(Sample { time_us: 6_000_000 + i, thread: t, stack, state: ThreadState(ThreadState::FREED), weight: 100_000 });
-        }
+        // Read in one burst, held while it is summed, then dropped: 100 pieces of `piece` bytes.
+        let held_whole = |piece: u32| {
+            let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
+            let t = p.intern_thread(1, 1, None);
+            let whole = p.intern_frame(Frame::python("run", file.clone(), 2));
+            let stack = p.intern_stack([whole]);
+            for (at, state) in [(1_000_000, ThreadState::default()), (6_000_000, ThreadState(ThreadState::FREED))] {
+                for i in 0..100u64 {
+                    p.samples.push(Sample { time_us: at + i, thread: t, stack, state, weight: piece });
+                }
+            }
+            p
+        };
         let user = UserCode::new([&dir], None);
-        let d = diagnose_memory(&p, &user, &MemoryOptions::default());
-        std::fs::remove_dir_all(&dir).unwrap();
+        let d = diagnose_memory(&held_whole(200_000), &user, &MemoryOptions::default());
         let f = &d.findings[0];
         assert_eq!((f.kind.as_str(), f.line), ("memory-peak", 2), "{:#?}", d.findings);
         assert!(f.advice.contains("in pieces"), "{}", f.advice);
         assert!(d.findings.iter().all(|f| f.kind != "memory-retention" && f.kind != "allocation-churn"), "{:#?}", d.findings);
+        // A couple of megabytes at once is no peak worth a finding.
+        let d = diagnose_memory(&held_whole(20_000), &user, &MemoryOptions::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(d.findings.iter().all(|f| f.kind != "memory-peak"), "{:#?}", d.findings);
     }
 
     #[test]
