@@ -936,8 +936,17 @@ impl Engine<'_> {
             // own computation.
             .map(|c| called_names(&c).into_iter().filter(|n| n.contains('.')).collect())
             .unwrap_or_default();
-        let (kind, rule, what, why, fix) = match best {
-            Some((e, _)) => {
+        // The self time of a line is in a call with no frame of its own: not one of the
+        // calls that show Python frames under the line (those run Python code, seen apart).
+        let python_callees: Vec<&str> = direct_callee
+            .keys()
+            .map(|&f| profile.frame(f))
+            .filter(|f| f.kind == FrameKind::Python)
+            .map(|f| f.function.rsplit('.').next().unwrap_or(&f.function))
+            .collect();
+        let compiled_call = called.iter().find(|n| !python_callees.contains(&n.rsplit('.').next().unwrap_or(n)));
+        let (kind, rule, what, why, fix) = match (best, compiled_call) {
+            (Some((e, _)), _) => {
                 let spec = &self.kb.entries[e as usize].spec;
                 let mut why = spec.why.clone();
                 // A second entry under most of the same time names where it goes inside.
@@ -946,7 +955,7 @@ impl Engine<'_> {
                 }
                 (spec.kind.clone(), spec.id.clone(), spec.what.clone(), why, spec.fix_for(frame.kind).to_owned())
             }
-            None if mode == Mode::Wall && blocked * 2 >= weight => (
+            (None, _) if mode == Mode::Wall && blocked * 2 >= weight => (
                 "blocking-wait".to_owned(),
                 "blocked".to_owned(),
                 "waiting".to_owned(),
@@ -955,21 +964,21 @@ impl Engine<'_> {
             ),
             // Self time on a line that calls something is time inside a C function, which has
             // no Python frame of its own.
-            None if self_weight * 2 >= weight && !called.is_empty() => (
+            (None, Some(c_call)) if self_weight * 2 >= weight => (
                 "hot-call".to_owned(),
                 "c-call".to_owned(),
-                format!("calling {}()", called[0]),
-                format!("the time is spent inside {}(), compiled code called from this line that has no Python frames of its own (record with --native to see inside it)", called[0]),
-                format!("call {}() less often (hoist it out of the loop, cache its result, batch the calls), or pass it less data", called[0]),
+                format!("calling {c_call}()"),
+                format!("the time is spent inside {c_call}(), compiled code called from this line that has no Python frames of its own (record with --native to see inside it)"),
+                format!("call {c_call}() less often (hoist it out of the loop, cache its result, batch the calls), or pass it less data"),
             ),
-            None if self_weight * 2 >= weight => (
+            (None, _) if self_weight * 2 >= weight => (
                 "hot-loop-compute".to_owned(),
                 "self-time".to_owned(),
                 "running its own code".to_owned(),
                 "the time is spent executing this line's own code, not in a library it calls".to_owned(),
                 "do less work per pass: move invariant work out of the loop, use a better algorithm or data structure, or a vectorised or compiled library".to_owned(),
             ),
-            None => {
+            (None, _) => {
                 // Named by the call on the line that carries the most time (not by an entry that
                 // explains too little of it to classify the line).
                 let heaviest = direct_callee.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(&f, &w)| (f, w));
@@ -1227,6 +1236,31 @@ mod tests {
         assert!(f.evidence.iter().any(|e| e.frame == "httpx._config.create_ssl_context"), "{:?}", f.evidence);
         assert_eq!(d.hot_lines[1].line, 14);
         assert!((d.hot_lines[1].self_share - 0.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn self_time_is_charged_to_a_compiled_call_only_when_the_call_has_no_python_frames() {
+        let (dir, app) = write_app("c-call", "def stamp(rng, raw):\n    return f\"{rng.randrange(10):04d}-{raw!r}\"\n\ndef pack(rng, raw):\n    return zlib.compress(raw) + rng.randbytes(4)\n");
+        let random = format!("{LIB}/random.py");
+        let run = |line: u32| {
+            let mut b = Builder::new();
+            for ms in 0..100u64 {
+                if ms % 5 == 0 {
+                    b.add(1, ms * 10, true, &[("<module>", &app, 9), ("stamp", &app, line), ("Random.randrange", &random, 301)]);
+                } else {
+                    b.add(1, ms * 10, true, &[("<module>", &app, 9), ("stamp", &app, line)]);
+                }
+            }
+            b.diagnose(dir.to_str().unwrap()).findings[0].clone()
+        };
+        // randrange runs Python code (seen under the line): the self time is the line's own.
+        let f = run(2);
+        assert_eq!((f.kind.as_str(), f.rule.as_str()), ("hot-loop-compute", "self-time"), "{f:?}");
+        // zlib.compress has no frame: the self time is inside it.
+        let f = run(5);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(f.rule, "c-call", "{f:?}");
+        assert!(f.why.contains("zlib.compress()"), "{}", f.why);
     }
 
     #[test]

@@ -172,7 +172,9 @@ impl NativeSampler {
         let rate = if opts.rate_hz.is_finite() && opts.rate_hz > 0.0 { opts.rate_hz } else { 999.0 };
         let ncpus = perf::online_cpus().len().max(1);
         let page = perf::page_size();
-        let kib = if opts.ring_kib > 0 { opts.ring_kib } else { (32 * 1024 / ncpus).clamp(512, 4096) };
+        // Context-switch samples carry a stack copy each: a busy server switches thousands of
+        // times a second, so the rings get room for a good part of a second of them.
+        let kib = if opts.ring_kib > 0 { opts.ring_kib } else { (64 * 1024 / ncpus).clamp(512, 16 * 1024) };
         let pages = (kib * 1024 / page).max(1).next_power_of_two();
         NativeSampler {
             root,
@@ -295,7 +297,7 @@ impl NativeSampler {
         }
         if self.stats.lost > 0 {
             w.push(format!(
-                "{} records were lost because the kernel's buffers filled faster than onefix read them: lower --rate, or give more buffer",
+                "{} records were lost because the kernel's buffers filled faster than onefix read them: lower --rate or --stack-bytes (each sample carries that much stack)",
                 self.stats.lost
             ));
         }
