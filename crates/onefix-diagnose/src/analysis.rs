@@ -411,6 +411,11 @@ impl Engine<'_> {
         None
     }
 
+    /// The user line a stack is charged to, if any.
+    fn line_of(&mut self, stack: Option<StackId>) -> Option<usize> {
+        self.stack(stack).and_then(|i| self.stack_facts[i].line)
+    }
+
     /// Whether the stack waits on the clock (a sleep): see [`crate::kb::EntrySpec::timer`].
     fn on_timer(&mut self, stack: Option<StackId>) -> bool {
         let Some(i) = self.stack(stack) else { return false };
@@ -488,6 +493,8 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
+        // Idle weight by the user line that waits: where a program that does nothing stalls.
+        let mut idle_at: HashMap<usize, u64> = HashMap::new();
         // Reads that could not be charged (torn with no user frame, or empty), and the clean
         // stacks charged to a line by innermost frame, to place them afterwards (see below).
         let mut unplaced: Vec<&Sample> = Vec::new();
@@ -508,6 +515,9 @@ impl Engine<'_> {
             let window = (s.time_us / window_us) as usize;
             if background[s.thread as usize] {
                 idle_weight += w;
+                if let Some(line) = self.line_of(s.stack) {
+                    *idle_at.entry(line).or_default() += w;
+                }
                 continue;
             }
             match self.parked(s.stack) {
@@ -518,6 +528,9 @@ impl Engine<'_> {
                 }
                 Some(_) => {
                     idle_weight += w;
+                    if let Some(line) = self.line_of(s.stack) {
+                        *idle_at.entry(line).or_default() += w;
+                    }
                     continue;
                 }
                 None => {}
@@ -731,6 +744,29 @@ impl Engine<'_> {
                 "threads idle for want of work (waiting on a queue, for connections, for other threads, or sleeping beside threads that work): {:.0}% of the sampled time, not counted as cost",
                 idle_weight as f64 * 100.0 / total_weight as f64
             ));
+        }
+        // A program idle nearly all the time may be stalled on the wait itself (a poll for an
+        // answer that comes late): say where its threads wait, without calling it a cost.
+        if idle_weight * 10 >= total_weight * 9 {
+            let mut waits: Vec<(usize, u64)> = idle_at.iter().map(|(&l, &w)| (l, w)).collect();
+            waits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let named: Vec<String> = waits
+                .iter()
+                .take(2)
+                .filter(|&&(_, w)| w * 10 >= total_weight)
+                .map(|&(line, w)| {
+                    let f = profile.frame(self.lines[line].frame).clone();
+                    let code = self.code(&f.file, f.line).map(|c| format!(" `{c}`")).unwrap_or_default();
+                    format!("{}:{}{} ({:.0}%)", short(&f.file), f.line, code, w as f64 * 100.0 / total_weight as f64)
+                })
+                .collect();
+            if !named.is_empty() {
+                notes.push(format!(
+                    "the threads waited for work or for each other {:.0}% of the time, mostly at {}: if the program should have been busy, that is where it stalls",
+                    idle_weight as f64 * 100.0 / total_weight as f64,
+                    named.join(" and ")
+                ));
+            }
         }
         if incomplete > 0 && total_weight > 0 && incomplete * 100 >= total_weight {
             notes.push(format!(
@@ -1710,6 +1746,21 @@ mod tests {
         let d = alone.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(d.findings[0].line, 9, "{:?}", d.findings);
+    }
+
+    #[test]
+    fn a_program_that_only_waits_is_told_where_it_waits() {
+        let (dir, app) = write_app("all-idle", "def writer(q):\n    while True:\n        item = q.get()\n\ndef producer(done):\n    while not done.wait(0.02):\n        pass\n");
+        let mut b = Builder::new();
+        for tick in 0..200u64 {
+            b.add(1, tick * 10, false, &[("writer", &app, 3), ("Queue.get", &format!("{LIB}/queue.py"), 171)]);
+            b.add(2, tick * 10, false, &[("producer", &app, 6), ("Event.wait", &format!("{LIB}/threading.py"), 629)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(d.findings.is_empty(), "{:?}", d.findings);
+        let note = d.notes.iter().find(|n| n.contains("waited for work or for each other")).unwrap_or_else(|| panic!("{:?}", d.notes));
+        assert!(note.contains("app.py:3") && note.contains("app.py:6 `while not done.wait(0.02):`"), "{note}");
     }
 
     #[test]
