@@ -10,7 +10,7 @@ pub mod recording;
 mod tree;
 
 pub use profile::{
-    Frame, FrameId, FrameKind, Language, Meta, Mode, Profile, MERGE_SPAN_US, native_frame_can_start_stack, python_frame_can_start_stack, Sample, SamplingStats, StackId,
+    Frame, FrameId, FrameKind, INBOUND_WAIT_FRAME, Language, Meta, Mode, Profile, MERGE_SPAN_US, native_frame_can_start_stack, python_frame_can_start_stack, Sample, SamplingStats, StackId,
     Target, TargetExit, ThreadId, ThreadInfo, ThreadState, WeightUnit,
 };
 pub use memory::{MemoryInfo, MemoryView, RssPoint};

@@ -83,6 +83,10 @@ impl Frame {
     }
 }
 
+/// The leaf the native sampler adds to a thread blocked reading a connection its process
+/// accepted: a server waiting for its client's next request (idle in the knowledge base).
+pub const INBOUND_WAIT_FRAME: &str = "[waiting for the next request on an accepted connection]";
+
 /// Whether a native frame is where a thread's stack begins (the program's entry, a thread's
 /// start routine, a goroutine's base). A native stack whose outermost frame is none of these was
 /// cut short by the unwinder: a frame larger than the stack bytes copied, or code without

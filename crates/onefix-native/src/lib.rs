@@ -31,6 +31,7 @@ mod module;
 mod perf;
 mod record;
 mod sampler;
+mod sockets;
 mod space;
 mod spawn;
 mod symbolize;

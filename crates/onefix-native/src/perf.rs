@@ -7,8 +7,9 @@ use std::sync::atomic::{fence, AtomicU64, Ordering};
 use perf_event_open_sys as sys;
 use sys::bindings as b;
 
-/// Registers copied with each sample (x86_64 perf_regs numbering): BP, SP, IP.
-pub const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+/// Registers copied with each sample (x86_64 perf_regs numbering): DI (a syscall's first
+/// argument at kernel entry: the descriptor a blocked read waits on), BP, SP, IP.
+pub const REGS_MASK: u64 = (1 << 5) | (1 << 6) | (1 << 7) | (1 << 8);
 
 pub const SAMPLE_TYPE: u64 = (b::PERF_SAMPLE_IDENTIFIER
     | b::PERF_SAMPLE_IP

@@ -31,6 +31,8 @@ pub struct SampleRecord {
     pub in_kernel: bool,
     /// User-mode registers (bp, sp, ip); `None` for a kernel thread.
     pub regs: Option<[u64; 3]>,
+    /// The user-mode DI register: at a system call, its first argument (a read's descriptor).
+    pub arg0: Option<u64>,
     /// Copy of the user stack from `sp` upwards.
     pub stack: Vec<u8>,
 }
@@ -116,7 +118,8 @@ pub fn parse(rec: &[u8]) -> Option<Record> {
             let tid = c.u32()?;
             let time = c.u64()?;
             let abi = c.u64()?;
-            let regs = if abi != 0 { Some([c.u64()?, c.u64()?, c.u64()?]) } else { None };
+            // In the order of perf::REGS_MASK's bits: DI, BP, SP, IP.
+            let (arg0, regs) = if abi != 0 { (Some(c.u64()?), Some([c.u64()?, c.u64()?, c.u64()?])) } else { (None, None) };
             let size = c.u64()? as usize;
             let mut stack = Vec::new();
             if size > 0 {
@@ -132,6 +135,7 @@ pub fn parse(rec: &[u8]) -> Option<Record> {
                 ip,
                 in_kernel: misc & MISC_CPUMODE_MASK == MISC_KERNEL,
                 regs,
+                arg0,
                 stack,
             }))
         }
@@ -221,7 +225,7 @@ mod tests {
         }
         body.extend_from_slice(&10u32.to_ne_bytes());
         body.extend_from_slice(&11u32.to_ne_bytes());
-        for v in [1234u64, 2, 0x7ff0, 0x7fe0, 0x401000, 16] {
+        for v in [1234u64, 2, 7, 0x7ff0, 0x7fe0, 0x401000, 16] {
             body.extend_from_slice(&v.to_ne_bytes());
         }
         body.extend_from_slice(&[1u8; 16]);
@@ -230,6 +234,7 @@ mod tests {
         let Some(Record::Sample(s)) = parse(&rec) else { panic!() };
         assert_eq!((s.id, s.pid, s.tid, s.time, s.ip), (5, 10, 11, 1234, 0x401000));
         assert_eq!(s.regs, Some([0x7ff0, 0x7fe0, 0x401000]));
+        assert_eq!(s.arg0, Some(7));
         assert_eq!(s.stack, vec![1u8; 8], "only the dynamic size is kept");
         assert!(!s.in_kernel);
     }

@@ -146,7 +146,12 @@ pub struct NativeSampler {
     symbols: HashMap<(usize, u64), Arc<[Frame]>>,
     names: HashMap<u32, String>,
     exited: HashSet<u32>,
-    switch_stack: HashMap<u32, (u64, Option<StackId>)>,
+    /// The stack of a thread's last context-switch sample, with its DI register.
+    switch_stack: HashMap<u32, (u64, Option<StackId>, Option<u64>)>,
+    /// Sockets a server accepted, to tell its wait for a client's next request.
+    sockets: crate::sockets::Sockets,
+    /// Stacks with [`onefix_model::INBOUND_WAIT_FRAME`] added as their leaf, by the stack.
+    inbound_waits: HashMap<StackId, Option<StackId>>,
     blocked: HashMap<u32, Blocked>,
     carry: HashMap<u32, u64>,
     live: BTreeSet<u32>,
@@ -200,6 +205,8 @@ impl NativeSampler {
             names: HashMap::new(),
             exited: HashSet::new(),
             switch_stack: HashMap::new(),
+            sockets: Default::default(),
+            inbound_waits: HashMap::new(),
             blocked: HashMap::new(),
             carry: HashMap::new(),
             live: BTreeSet::from([root]),
@@ -517,7 +524,7 @@ impl NativeSampler {
                     if self.switches.is_some() {
                         self.stats.switch_samples += 1;
                         let stack = self.stack_of(profile, &s);
-                        self.switch_stack.insert(s.tid, (s.time, stack));
+                        self.switch_stack.insert(s.tid, (s.time, stack, s.arg0));
                     }
                 } else {
                     self.stats.unknown += 1;
@@ -564,6 +571,7 @@ impl NativeSampler {
                 self.carry.remove(&tid);
                 if pid == tid {
                     self.exit_seen = true;
+                    self.sockets.forget(pid);
                 }
             }
             Record::Switch { pid, tid, time, out, preempt } => {
@@ -578,7 +586,7 @@ impl NativeSampler {
                     }
                     self.stats.blocks += 1;
                     // The context-switch sample comes just before its switch record.
-                    let stack = sample.filter(|(t, _)| time.saturating_sub(*t) < 1_000_000).map(|(_, s)| s);
+                    let stack = sample.filter(|(t, _, _)| time.saturating_sub(*t) < 1_000_000).map(|(_, s, fd)| self.marked_if_inbound_wait(profile, pid, s, fd));
                     if stack.is_none() {
                         self.stats.blocks_without_stack += 1;
                     }
@@ -590,6 +598,24 @@ impl NativeSampler {
             Record::Lost { count, .. } => self.stats.lost += count,
         }
         0
+    }
+
+    /// A stack blocked in a read of a connection the process accepted gets
+    /// [`onefix_model::INBOUND_WAIT_FRAME`] as its leaf: the server waits for its client's next
+    /// request, which is no cost of its own.
+    fn marked_if_inbound_wait(&mut self, profile: &mut Profile, pid: u32, stack: Option<StackId>, fd: Option<u64>) -> Option<StackId> {
+        let (Some(st), Some(fd)) = (stack, fd) else { return stack };
+        let reads = profile.stack_frames_leaf_first(Some(st)).next().is_some_and(|leaf| crate::sockets::reads_a_descriptor(&profile.frame(leaf).function));
+        // A descriptor is a small number; a pointer or a futex address is not.
+        if !reads || fd > i32::MAX as u64 || !self.sockets.is_inbound(pid, fd) {
+            return stack;
+        }
+        *self.inbound_waits.entry(st).or_insert_with(|| {
+            let mut frames: Vec<_> = profile.stack_frames_leaf_first(Some(st)).collect();
+            frames.reverse();
+            frames.push(profile.intern_frame(onefix_model::Frame::native(onefix_model::INBOUND_WAIT_FRAME, "[kernel]")));
+            profile.intern_stack(frames)
+        })
     }
 
     /// Charges the blocked interval of `tid` up to `to` and forgets it.
