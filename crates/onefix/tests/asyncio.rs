@@ -128,7 +128,7 @@ fn recorded(s: &Scratch, python: &str, port: u16, n: u32, rounds: u32, mode: &st
 /// (so that the machine's load at that moment weighs on both alike), then the gather version
 /// right after; the median of three trials is reported.
 fn serial_awaits_found_and_bound_measured(python: &str) {
-    let server = SlowServer::start(Duration::from_millis(15));
+    let server = SlowServer::start(Duration::from_millis(30));
     let s = Scratch::new(&format!("serial-{}", python.rsplit('/').next().unwrap_or(python)));
     let (n, rounds) = (50, 3);
     let file = program();
