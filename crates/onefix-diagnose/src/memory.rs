@@ -46,8 +46,8 @@ impl Default for MemoryOptions {
 #[derive(Deserialize)]
 struct Texts {
     retention: RetentionText,
-    churn: ChurnText,
-    peak: ChurnText,
+    churn: LineText,
+    peak: LineText,
 }
 
 #[derive(Deserialize)]
@@ -60,7 +60,7 @@ struct RetentionText {
 }
 
 #[derive(Deserialize)]
-struct ChurnText {
+struct LineText {
     kind: String,
     title: String,
     why: String,
@@ -235,34 +235,13 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         if findings.iter().any(|f| f.file == frame.file && f.line == frame.line) {
             continue;
         }
-        let code = user.resolve(&frame.file).and_then(|p| sources.line(&p, frame.line));
         let values = [
             ("allocated", bytes(acc.allocated)),
             ("share", percent(share)),
             ("rate", format!("{}/s", bytes((acc.allocated as f64 / duration_s) as u64))),
             ("beneath", beneath_clause(acc, 1)),
         ];
-        let t = &texts.churn;
-        findings.push(Finding {
-            rank: 0,
-            kind: t.kind.clone(),
-            file: frame.file.clone(),
-            line: frame.line,
-            function: frame.function.clone(),
-            code,
-            share,
-            max_speedup: None,
-            bound_weight: 0,
-            title: fill(&t.title, &values),
-            advice: t.advice.clone(),
-            why: fill(&t.why, &values),
-            evidence: Vec::new(),
-            // Windows in which the line allocated at all: its net change is about nil, by definition.
-            recurrence: acc.allocating.iter().filter(|a| **a > 0).count() as f64 / windows as f64,
-            rule: "memory-churn".into(),
-            explained: 1.0,
-            enclosing_loop: None,
-        });
+        findings.push(allocating_line_finding(profile, user, &mut sources, acc, share, &texts.churn, &values, "memory-churn"));
     }
     for (i, f) in findings.iter_mut().enumerate() {
         f.rank = i + 1;
@@ -306,9 +285,17 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
 }
 
 /// A line that is the heap's peak by itself: allocated in a burst, freed afterwards.
-fn peak_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc, share: f64, t: &ChurnText) -> Finding {
-    let frame = profile.frame(acc.frame);
+fn peak_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc, share: f64, t: &LineText) -> Finding {
     let values = [("retained", bytes(acc.retained.max(0) as u64)), ("share", percent(share)), ("beneath", beneath_clause(acc, 1))];
+    allocating_line_finding(profile, user, sources, acc, share, t, &values, "memory-peak")
+}
+
+/// A finding at the line that allocates, worded from `t` with `values`. Its recurrence is the
+/// share of windows in which the line allocates at all (a churning line's net change is about
+/// nil, by definition).
+#[allow(clippy::too_many_arguments)]
+fn allocating_line_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc, share: f64, t: &LineText, values: &[(&str, String)], rule: &str) -> Finding {
+    let frame = profile.frame(acc.frame);
     Finding {
         rank: 0,
         kind: t.kind.clone(),
@@ -319,12 +306,12 @@ fn peak_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, a
         share,
         max_speedup: None,
         bound_weight: 0,
-        title: fill(&t.title, &values),
+        title: fill(&t.title, values),
         advice: t.advice.clone(),
-        why: fill(&t.why, &values),
+        why: fill(&t.why, values),
         evidence: Vec::new(),
         recurrence: acc.allocating.iter().filter(|a| **a > 0).count() as f64 / acc.allocating.len().max(1) as f64,
-        rule: "memory-peak".into(),
+        rule: rule.into(),
         explained: 1.0,
         enclosing_loop: None,
     }
@@ -464,6 +451,13 @@ mod tests {
     use super::*;
     use onefix_model::{Frame, Meta, Sample, ThreadState, WeightUnit};
 
+    /// A fresh directory for one test's source files.
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     fn write(dir: &Path, name: &str, text: &str) -> String {
         let p = dir.join(name);
         std::fs::write(&p, text).unwrap();
@@ -481,8 +475,7 @@ mod tests {
     /// a temporary per request (churn).
     #[test]
     fn names_the_line_that_stores_a_growing_mapping_and_the_churning_line() {
-        let dir = std::env::temp_dir().join(format!("onefix-memdiag-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("onefix-memdiag");
         let file = write(
             &dir,
             "server.py",
@@ -528,8 +521,7 @@ mod tests {
     /// a later one.
     #[test]
     fn the_storing_line_is_looked_for_in_the_callers_of_a_helper() {
-        let dir = std::env::temp_dir().join(format!("onefix-memdiag-callers-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("onefix-memdiag-callers");
         let file = write(
             &dir,
             "app.py",
@@ -562,8 +554,7 @@ mod tests {
 
     #[test]
     fn data_held_whole_and_freed_afterwards_is_the_peak_not_a_leak() {
-        let dir = std::env::temp_dir().join(format!("onefix-memdiag-peak-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("onefix-memdiag-peak");
         let file = write(&dir, "etl.py", "def run(path):\n    lines = open(path).read().splitlines()\n    return sum(len(l) for l in lines)\n");
         // Read in one burst, held while it is summed, then dropped: 100 pieces of `piece` bytes.
         let held_whole = |piece: u32| {
@@ -592,8 +583,7 @@ mod tests {
 
     #[test]
     fn storing_into_a_field_of_the_value_is_not_storing_the_value() {
-        let dir = std::env::temp_dir().join(format!("onefix-memdiag-field-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("onefix-memdiag-field");
         let file = write(&dir, "req.c", "void take(int n) {\n    struct req *r = malloc(sizeof *r);\n    r->body = malloc(r->body_len);\n    r->next = head;\n    list[n] = r;\n}\n");
         let mut sources = SourceCache::default();
         assert_eq!(holder_of(&mut sources, Path::new(&file), 2, "    struct req *r = malloc(sizeof *r);").map(|h| h.0), Some(5));
@@ -602,8 +592,7 @@ mod tests {
 
     #[test]
     fn finds_the_storing_line_in_c_too() {
-        let dir = std::env::temp_dir().join(format!("onefix-memdiag-c-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("onefix-memdiag-c");
         let file = write(&dir, "t.c", "void add(int k) {\n    char *copy = strdup(name);\n    int n = 3;\n    table[k] = copy;\n}\n");
         let mut sources = SourceCache::default();
         assert_eq!(holder_of(&mut sources, Path::new(&file), 2, "    char *copy = strdup(name);").map(|h| h.0), Some(4));
