@@ -1048,6 +1048,16 @@ impl Engine<'_> {
         // known set-up call is that set-up's cost paid lazily (a database connection reads its
         // schema on the first statement): the fix is where the object is made.
         let (mut kind, mut rule, mut why, mut fix) = (kind, rule, why, fix);
+        // A bound called in a loop's condition runs again on every pass (`i < strlen(s)`
+        // re-scans the string each time: the loop is quadratic), though its answer rarely changes.
+        let in_condition = matches!(rule.as_str(), "hot-call" | "c-call")
+            && self.user.resolve(&frame.file).is_some_and(|p| self.source.bound_recomputed_every_pass(&p, frame.line));
+        if in_condition {
+            kind = "hot-loop-compute".to_owned();
+            rule = "call-in-loop-condition".to_owned();
+            why = format!("the loop's condition on this line makes the call again on every pass; {why}");
+            fix = "compute it once before the loop (or update it inside the loop when what it depends on changes) instead of calling it in the condition".to_owned();
+        }
         // Waits issued one at a time are fixed at the loop; waits that already overlap are not.
         if kind == "serial-io" {
             if let Some((mean, peak)) = self.in_flight(l) {
@@ -1738,6 +1748,27 @@ mod tests {
     fn native(p: &mut Profile, stack: &[(&str, &str, u32)]) -> Option<StackId> {
         let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
         p.intern_stack(ids)
+    }
+
+    #[test]
+    fn a_bound_called_in_a_loop_condition_is_quadratic_work_to_hoist() {
+        let dir = std::env::temp_dir().join(format!("onefix-strlen-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let app = dir.join("count.c");
+        std::fs::write(&app, "size_t count(const char *s) {\n    size_t n = 0;\n    for (size_t i = 0; i < strlen(s); i++) {\n        n += s[i] == ',';\n    }\n    return n;\n}\n").unwrap();
+        let app = app.to_str().unwrap().to_owned();
+        let mut b = Builder::new();
+        for tick in 0..100u64 {
+            let stack = native(&mut b.p, &[("_start", "", 0), ("count", &app, 3), ("__strlen_avx2", "strlen-avx2.S", 76)]);
+            let thread = b.p.intern_thread(1, 1, None);
+            b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(true, true), weight: 1 });
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        let f = &d.findings[0];
+        assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("hot-loop-compute", "call-in-loop-condition", 3), "{f:?}");
+        assert!(f.why.contains("strlen"), "the call is named as people write it: {}", f.why);
+        assert!(f.advice.starts_with("compute it once before the loop"), "{}", f.advice);
     }
 
     #[test]

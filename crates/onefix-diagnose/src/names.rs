@@ -86,6 +86,11 @@ pub fn python_module(file: &str) -> String {
     rel.replace('/', ".")
 }
 
+/// Whether a (trimmed) line of source starts a loop, in any of the languages read here.
+fn starts_loop(t: &str) -> bool {
+    ["for ", "while ", "async for ", "loop {", "for(", "while(", "do {", "do{"].iter().any(|k| t.starts_with(k)) || t.contains(".forEach(")
+}
+
 /// Names called on a line of source: `ctx.load_verify_locations(cafile)` gives
 /// `ctx.load_verify_locations` and `load_verify_locations`.
 pub fn called_names(code: &str) -> Vec<String> {
@@ -156,6 +161,18 @@ impl SourceCache {
 
     /// The loop header (`for`, `while`, `async for`, and C/Rust/Go `for`/`while`/`loop`) that
     /// encloses `line` within the same function, found by indentation, as a 1-based line.
+    /// Whether `line` is a loop header whose condition compares against a call, which runs
+    /// again on every pass: `while i < len(items)`, `for (i = 0; i < strlen(s); i++)`. Not a
+    /// Python `for x in items:` (its iterable is evaluated once), nor a loop that reads in its
+    /// condition (`while ((n = read(fd, b, k)) > 0)`: the call is each pass's work, not a bound).
+    pub fn bound_recomputed_every_pass(&mut self, path: &Path, line: u32) -> bool {
+        let Some(t) = (line as usize).checked_sub(1).and_then(|i| self.lines(path)?.get(i).map(|l| l.trim_start().to_owned())) else { return false };
+        let header = t.starts_with("while ") || t.starts_with("while(") || ((t.starts_with("for (") || t.starts_with("for(")) && t.contains(';'));
+        static BOUND: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        let bound = BOUND.get_or_init(|| regex::Regex::new(r"[<>]=?\s*[A-Za-z_][\w.:>-]*\s*\(").unwrap());
+        header && bound.is_match(&t)
+    }
+
     pub fn enclosing_loop(&mut self, path: &Path, line: u32) -> Option<u32> {
         let lines = self.lines(path)?;
         let idx = (line as usize).checked_sub(1)?;
@@ -171,11 +188,7 @@ impl SourceCache {
                 continue;
             }
             indent = ind;
-            let is_loop = ["for ", "while ", "async for ", "loop {", "for(", "while(", "do {", "do{"]
-                .iter()
-                .any(|k| t.starts_with(k))
-                || t.contains(".forEach(");
-            if is_loop {
+            if starts_loop(t) {
                 return Some(i as u32 + 1);
             }
             let is_function = ["def ", "async def ", "fn ", "pub fn ", "func ", "class "]
@@ -255,6 +268,21 @@ fn indentation(line: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bound_called_in_a_loop_condition_is_told_from_a_read_in_it() {
+        let dir = std::env::temp_dir().join(format!("onefix-bound-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = dir.join("scan.c");
+        std::fs::write(&c, "for (size_t i = 0; i < strlen(s); i++) {\nwhile ((n = read(fd, b, k)) > 0) {\nfor (int i = 0; i < n; i++) {\n").unwrap();
+        let py = dir.join("app.py");
+        std::fs::write(&py, "while i < len(queue):\nfor x in sorted(items):\nwhile chunk := f.read(4096):\n").unwrap();
+        let mut src = SourceCache::default();
+        let mut found: Vec<bool> = (1..=3).map(|l| src.bound_recomputed_every_pass(&c, l)).collect();
+        found.extend((1..=3).map(|l| src.bound_recomputed_every_pass(&py, l)));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(found, [true, false, false, true, false, false]);
+    }
 
     #[test]
     fn native_names_are_read_as_people_write_them() {
