@@ -31,7 +31,8 @@ impl Sockets {
             return false;
         };
         let tables = self.by_pid.entry(pid).or_default();
-        if !tables.known.contains(&inode) && tables.read_at.is_none_or(|t| t.elapsed() >= REREAD) {
+        let stale = !matches!(tables.read_at, Some(t) if t.elapsed() < REREAD);
+        if !tables.known.contains(&inode) && stale {
             let text: String = ["tcp", "tcp6"].iter().filter_map(|f| std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok()).collect();
             (tables.known, tables.inbound) = accepted(&text);
             tables.read_at = Some(Instant::now());
