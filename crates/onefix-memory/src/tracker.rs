@@ -5,7 +5,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use onefix_model::{Frame, FrameId, MemoryInfo, Profile, StackId, ThreadId, ThreadState};
@@ -46,7 +46,9 @@ pub struct MemoryTracker {
     ours: Option<OwnedFd>,
     theirs: Option<OwnedFd>,
     stop: Arc<AtomicBool>,
-    drain: Option<JoinHandle<Collector>>,
+    /// Shared with the draining thread, so that the profile can be written out as it grows.
+    collector: Option<Arc<Mutex<Collector>>>,
+    drain: Option<JoinHandle<()>>,
 }
 
 /// Large enough that the target seldom waits for onefix to read (the agent's send blocks when
@@ -79,7 +81,7 @@ impl MemoryTracker {
         unsafe {
             libc::setsockopt(ours.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
         }
-        Ok(MemoryTracker { opts, agent, ours: Some(ours), theirs: Some(theirs), stop: Arc::new(AtomicBool::new(false)), drain: None })
+        Ok(MemoryTracker { opts, agent, ours: Some(ours), theirs: Some(theirs), stop: Arc::new(AtomicBool::new(false)), collector: None, drain: None })
     }
 
     /// Makes `cmd` load the agent and report to this tracker.
@@ -113,27 +115,84 @@ impl MemoryTracker {
         self.theirs = None;
         let Some(sock) = self.ours.take() else { return };
         let stop = self.stop.clone();
-        let mut collector = Collector::new(profile, start_ns, self.opts.rate_bytes);
+        let collector = Arc::new(Mutex::new(Collector::new(profile, start_ns, self.opts.rate_bytes)));
+        self.collector = Some(collector.clone());
         self.drain = Some(
             std::thread::Builder::new()
                 .name("onefix-memory".into())
-                .spawn(move || {
-                    collector.drain(&sock, &stop);
-                    collector
-                })
+                .spawn(move || drain(&collector, &sock, &stop))
                 .expect("a thread to read the allocation agent"),
         );
+    }
+
+    /// Runs `f` on the profile as it stands (to write out the samples gathered so far: a
+    /// recording written as it goes loses at most the last batch when onefix is killed).
+    pub fn with_profile<T>(&self, f: impl FnOnce(&mut Profile) -> T) -> Option<T> {
+        let c = self.collector.as_ref()?;
+        let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+        Some(f(&mut c.profile))
     }
 
     /// Reads what is still queued, stops, and returns the profile and what it knows.
     pub fn finish(mut self) -> (Profile, MemoryInfo) {
         self.stop.store(true, Ordering::Relaxed);
-        match self.drain.take().map(|h| h.join()) {
-            Some(Ok(c)) => (c.profile, c.info),
-            _ => (Profile::default(), MemoryInfo::default()),
+        if let Some(h) = self.drain.take() {
+            let _ = h.join();
+        }
+        match self.collector.take() {
+            Some(c) => {
+                let mut c = c.lock().unwrap_or_else(|e| e.into_inner());
+                c.finish_children();
+                (std::mem::take(&mut c.profile), std::mem::take(&mut c.info))
+            }
+            None => (Profile::default(), MemoryInfo::default()),
         }
     }
 }
+
+/// Reads the agent's datagrams into the collector until asked to stop. A child process's heap
+/// is its own and ends with it: the pids that exited are looked for now and then, and once
+/// everything they sent has been read (the channel ran empty, or a second passed), their live
+/// allocations count as freed at their exit.
+fn drain(collector: &Mutex<Collector>, sock: &OwnedFd, stop: &AtomicBool) {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut last_check = std::time::Instant::now();
+    loop {
+        // SAFETY: recv writes at most buf.len() bytes into buf.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
+        let mut c = collector.lock().unwrap_or_else(|e| e.into_inner());
+        if n > 0 {
+            match parse(&buf[..n as usize]) {
+                Some(e) => c.apply(e),
+                None => c.malformed += 1,
+            }
+            if last_check.elapsed() >= EXIT_CHECK {
+                last_check = std::time::Instant::now();
+                // Those found gone a check ago: everything they sent is read by now.
+                c.release_exited();
+                c.find_exited();
+            }
+            continue;
+        }
+        let err = std::io::Error::last_os_error();
+        if n < 0 && err.kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        // The channel is empty: whatever the exited children sent has been read.
+        c.release_exited();
+        if last_check.elapsed() >= EXIT_CHECK {
+            last_check = std::time::Instant::now();
+            c.find_exited();
+        }
+        // Timed out with nothing queued (or the channel failed): stop if asked.
+        if stop.load(Ordering::Relaxed) || (n < 0 && err.kind() != std::io::ErrorKind::WouldBlock) {
+            return;
+        }
+    }
+}
+
+/// How often child processes are looked for among the living.
+const EXIT_CHECK: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Current CLOCK_MONOTONIC in nanoseconds (the agent's clock).
 pub fn monotonic_ns() -> u64 {
@@ -158,6 +217,31 @@ struct Collector {
     frames: Vec<Frame>,
     ids: Vec<FrameId>,
     malformed: u64,
+    /// The target's pid: the first to say hello.
+    root: Option<u32>,
+    children: HashMap<u32, Child>,
+    /// Children found gone whose heaps are still to be released.
+    exited: Vec<u32>,
+}
+
+/// A process the target started, and its sampled heap.
+#[derive(Default)]
+struct Child {
+    live_bytes: u64,
+    peak_bytes: u64,
+    /// When it was last heard from: its heap ends there (an exit is seen only later, when
+    /// /proc is looked at, and the process may have been idle before it).
+    last_us: u64,
+    exited_us: Option<u64>,
+}
+
+/// Whether `pid` is running (not gone, not a zombie waiting to be reaped).
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses, which may itself hold spaces.
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_some_and(|st| st != 'Z' && st != 'X'),
+        Err(_) => false,
+    }
 }
 
 impl Collector {
@@ -171,43 +255,73 @@ impl Collector {
             frames: Vec::new(),
             ids: Vec::new(),
             malformed: 0,
+            root: None,
+            children: HashMap::new(),
+            exited: Vec::new(),
         }
     }
 
-    fn drain(&mut self, sock: &OwnedFd, stop: &AtomicBool) {
-        let mut buf = vec![0u8; 1 << 16];
-        loop {
-            // SAFETY: recv writes at most buf.len() bytes into buf.
-            let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) };
-            if n > 0 {
-                match parse(&buf[..n as usize]) {
-                    Some(e) => self.apply(e),
-                    None => self.malformed += 1,
-                }
-                continue;
+    /// Child processes that have exited since the last look (their pid is gone or a zombie),
+    /// with the time they were found gone.
+    fn find_exited(&mut self) {
+        let now_us = monotonic_ns().saturating_sub(self.start_ns) / 1000;
+        for (&pid, child) in self.children.iter_mut() {
+            if child.exited_us.is_none() && !process_alive(pid) {
+                child.exited_us = Some(child.last_us.min(now_us));
+                self.exited.push(pid);
             }
-            let err = std::io::Error::last_os_error();
-            if n < 0 && err.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+        }
+    }
+
+    /// Frees the live allocations of the children found gone: a process's heap ends with it.
+    fn release_exited(&mut self) {
+        for pid in std::mem::take(&mut self.exited) {
+            let time_us = self.children.get(&pid).and_then(|c| c.exited_us).unwrap_or(0);
+            self.free_process(pid, time_us);
+        }
+    }
+
+    /// At the end: the children still alive keep their heaps (they are reported as they are);
+    /// each child's peak goes to the facts.
+    fn finish_children(&mut self) {
+        // The channel has been read to its end: every child gone by now has said all it will.
+        self.find_exited();
+        self.release_exited();
+        let mut peaks: Vec<(u32, u64)> = self.children.iter().map(|(&pid, c)| (pid, c.peak_bytes)).collect();
+        peaks.sort_unstable();
+        self.info.children = peaks.len() as u64;
+        self.info.children_peak_bytes = peaks.iter().map(|p| p.1).collect();
+    }
+
+    fn free_process(&mut self, pid: u32, time_us: u64) {
+        let gone: Vec<(u32, u64)> = self.live.keys().filter(|k| k.0 == pid).copied().collect();
+        for key in gone {
+            if let Some(l) = self.live.remove(&key) {
+                let state = ThreadState(ThreadState::FREED);
+                self.profile.push_sample(onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight });
             }
-            // Timed out with nothing queued (or the channel failed): stop if asked.
-            if stop.load(Ordering::Relaxed) || (n < 0 && err.kind() != std::io::ErrorKind::WouldBlock) {
-                return;
-            }
+        }
+        if let Some(c) = self.children.get_mut(&pid) {
+            c.live_bytes = 0;
         }
     }
 
     fn apply(&mut self, e: Event) {
         let time_us = e.time_ns.saturating_sub(self.start_ns) / 1000;
+        if let Some(c) = self.children.get_mut(&e.pid) {
+            c.last_us = c.last_us.max(time_us);
+        }
         match e.body {
             Body::Hello { python, forked, ppid, .. } => {
                 // A new image (exec): the old image's heap is gone with it, as if freed now.
-                let gone: Vec<(u32, u64)> = self.live.keys().filter(|k| k.0 == e.pid).copied().collect();
-                for key in gone {
-                    if let Some(l) = self.live.remove(&key) {
-                        let state = ThreadState(ThreadState::FREED);
-                        self.profile.push_sample(onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight });
+                self.free_process(e.pid, time_us);
+                // The first process to say hello is the target; every other one is a child.
+                match self.root {
+                    None => self.root = Some(e.pid),
+                    Some(root) if root != e.pid => {
+                        self.children.entry(e.pid).or_insert(Child { last_us: time_us, ..Child::default() });
                     }
+                    _ => {}
                 }
                 // A fork's mappings are its parent's (and a short-lived child may be gone
                 // before its maps could be read); a new image has its own.
@@ -237,6 +351,10 @@ impl Collector {
                 let weight = weight.min(u32::MAX as u64) as u32;
                 if tracked {
                     self.live.insert((e.pid, addr), Live { thread, stack, weight });
+                    if let Some(c) = self.children.get_mut(&e.pid) {
+                        c.live_bytes += weight as u64;
+                        c.peak_bytes = c.peak_bytes.max(c.live_bytes);
+                    }
                 }
                 self.profile.push_sample(onefix_model::Sample { time_us, thread, stack, state: ThreadState::default(), weight });
             }
@@ -244,6 +362,9 @@ impl Collector {
             Body::Free { addr } => {
                 if let Some(l) = self.live.remove(&(e.pid, addr)) {
                     self.info.freed += 1;
+                    if let Some(c) = self.children.get_mut(&e.pid) {
+                        c.live_bytes = c.live_bytes.saturating_sub(l.weight as u64);
+                    }
                     let state = ThreadState(ThreadState::FREED);
                     self.profile.push_sample(onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight });
                 }

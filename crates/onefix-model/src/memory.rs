@@ -56,6 +56,13 @@ pub struct MemoryInfo {
     /// the user.
     pub python_malloc: Option<String>,
     pub python_malloc_by_onefix: bool,
+    /// Child processes of the target (forks and their execs) that reported allocations; each
+    /// one's heap is its own and counts as freed when it exits.
+    #[serde(default)]
+    pub children: u64,
+    /// The peak of each child's sampled live bytes, by pid.
+    #[serde(default)]
+    pub children_peak_bytes: Vec<u64>,
 }
 
 impl Profile {

@@ -40,7 +40,8 @@ pub enum ModeArg {
     Cpu,
 }
 
-/// Output files, shared by `record` and `report`.
+/// Output files, shared by `record` and `report`. Each is written to a temporary file beside it
+/// and renamed into place when complete; `-` is standard output (not for --pprof).
 #[derive(Args, Clone, Debug, Default)]
 pub struct OutputArgs {
     /// Findings as JSON (the documented contract).
@@ -97,9 +98,17 @@ pub struct RecordArgs {
     /// 65528). A function with a larger frame cuts the stack short there.
     #[arg(long, default_value_t = 32 * 1024, value_parser = clap::value_parser!(u32).range(1024..=65528))]
     pub stack_bytes: u32,
-    /// Where to save the recording; default: onefix-NAME-TIME.onefix in the current directory.
+    /// Where to save the recording; default: onefix-NAME-2026-12-01T13-05-22.onefix here. It is
+    /// written as it goes to PATH.partial and renamed onto PATH when complete. A path ending in
+    /// .svg, .html, .pb.gz, .pprof, .folded, .txt or .speedscope.json gets that output instead
+    /// (the recording keeps its default name). A device or FIFO (/dev/null) is written through;
+    /// a symbolic link is written through to its target when that is a regular file you can
+    /// write, and the link is kept. onefix never removes or truncates a file it did not create.
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Keep no recording: only the report and the outputs asked for.
+    #[arg(long)]
+    pub no_save: bool,
     /// Seed of the sampling-interval jitter.
     #[arg(long, default_value_t = 0x0f1f)]
     pub seed: u64,
@@ -331,9 +340,24 @@ pub fn write_man(out: &mut dyn std::io::Write) -> std::io::Result<()> {
     clap_mangen::Man::new(<Cli as clap::CommandFactory>::command()).render(out)
 }
 
-/// Writes onefix.1 and one page per visible subcommand (onefix-record.1, ...) into `dir`.
-pub fn write_man_pages(dir: &std::path::Path) -> std::io::Result<()> {
-    clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), dir)
+/// onefix.1 and one page per visible subcommand (onefix-record.1, ...), as clap_mangen's
+/// `generate_to` names them, rendered in memory for the caller to write.
+pub fn man_pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
+    fn walk(cmd: clap::Command, pages: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned() {
+            walk(sub, pages)?;
+        }
+        let man = clap_mangen::Man::new(cmd);
+        let mut page = Vec::new();
+        man.render(&mut page)?;
+        pages.push((man.get_filename(), page));
+        Ok(())
+    }
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    cmd.build();
+    let mut pages = Vec::new();
+    walk(cmd, &mut pages)?;
+    Ok(pages)
 }
 
 /// `30s`, `2m`, `1h`, `500ms`, or a number of seconds.

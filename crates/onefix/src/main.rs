@@ -2,6 +2,7 @@
 
 mod cli;
 mod cmd;
+mod output;
 
 use std::process::ExitCode;
 

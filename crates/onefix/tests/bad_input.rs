@@ -334,8 +334,11 @@ fn a_disk_that_fills_during_a_recording_keeps_what_fit_and_says_where() {
     assert!(sentence.contains(&rec.display().to_string()) && sentence.contains("No space left"), "{sentence}");
     // The report on stdout is whole: it comes from memory, not from the full file.
     assert!(String::from_utf8_lossy(&out.stdout).contains("grow.py"), "{}", String::from_utf8_lossy(&out.stdout));
-    // What fit on the disk reads back, and says it ends early.
-    let again = onefix().args(["report", "--quiet"]).arg(&rec).output().unwrap();
+    // What fit on the disk is kept under the recording's own partial name (the destination
+    // would otherwise be replaced by half a recording), reads back, and says it ends early.
+    let partial = disk.0.join("rec.onefix.partial");
+    assert!(sentence.contains(&partial.display().to_string()) && !rec.exists(), "{sentence}");
+    let again = onefix().args(["report", "--quiet"]).arg(&partial).output().unwrap();
     assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
     assert!(String::from_utf8_lossy(&again.stderr).contains("ends early"));
 }

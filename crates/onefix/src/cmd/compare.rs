@@ -7,7 +7,7 @@
 //! also carry the load's result, which is compared as two load results are.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufReader, Write};
+use std::io::BufReader;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -83,6 +83,12 @@ struct LineChange {
 }
 
 pub fn run(args: CompareArgs) -> Result<ExitCode> {
+    // The outputs are checked before the inputs are read; neither may land on an input.
+    let json = args.json.as_deref().map(|p| crate::output::check(p, "comparison's JSON", false)).transpose()?;
+    let html = args.html.as_deref().map(|p| crate::output::check(p, "HTML comparison", false)).transpose()?;
+    let all: Vec<_> = json.iter().chain(html.iter()).collect();
+    crate::output::check_distinct(&all, &[args.a.as_path(), args.b.as_path()])?;
+    let (mut json, mut html) = (json, html);
     let (a, b) = (read_input(&args.a)?, read_input(&args.b)?);
     let (name_a, name_b) = (file_name(&args.a), file_name(&args.b));
     let mut html_done = false;
@@ -90,21 +96,21 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         (Input::Load(a), Input::Load(b)) => {
             let c = compare::compare(&a, &b);
             print!("{}", compare::render(&c, &a, &b, &name_a, &name_b));
-            write_json(args.json.as_deref(), &c)?;
+            write_json(json.take(), &c)?;
         }
         (Input::Recording(a), Input::Recording(b)) => match (a.meta.weight_unit, b.meta.weight_unit) {
             (WeightUnit::Bytes, WeightUnit::Bytes) => {
                 let c = compare_memory(&a, &b, &name_a, &name_b);
-                write_json(args.json.as_deref(), &c)?;
+                write_json(json.take(), &c)?;
             }
             (WeightUnit::Bytes, _) | (_, WeightUnit::Bytes) => {
                 bail!("one recording tracks memory and the other time: compare two of the same kind")
             }
             _ => {
                 let c = compare_recordings(&a, &b, &name_a, &name_b)?;
-                write_json(args.json.as_deref(), &c)?;
-                if let Some(path) = &args.html {
-                    write_html_pair(path, (&a, &name_a), (&b, &name_b))?;
+                write_json(json.take(), &c)?;
+                if let Some(out) = html.take() {
+                    write_html_pair(out, (&a, &name_a), (&b, &name_b))?;
                     html_done = true;
                 }
             }
@@ -118,7 +124,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
 }
 
 /// The two recordings on one page, side by side, with their differential flame graph.
-fn write_html_pair(path: &Path, (a, name_a): (&Profile, &str), (b, name_b): (&Profile, &str)) -> Result<()> {
+fn write_html_pair(out: crate::output::Output, (a, name_a): (&Profile, &str), (b, name_b): (&Profile, &str)) -> Result<()> {
     use onefix_report::{write_html, FileSystemSources, HtmlRun};
     let (da, db) = (
         outputs::run_diagnosis(a, a.meta.mode, &OutputArgs::default()),
@@ -128,19 +134,19 @@ fn write_html_pair(path: &Path, (a, name_a): (&Profile, &str), (b, name_b): (&Pr
         HtmlRun { label: name_a.to_owned(), profile: a, diagnosis: &da, mode: a.meta.mode, complete: true },
         HtmlRun { label: name_b.to_owned(), profile: b, diagnosis: &db, mode: b.meta.mode, complete: true },
     ];
-    let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    write_html(&mut w, &runs, &FileSystemSources { cwd: a.meta.target.cwd.clone() })?;
-    w.flush().with_context(|| format!("cannot write {}", path.display()))
+    let shown = out.shown.display().to_string();
+    out.write_with(|w| write_html(w, &runs, &FileSystemSources { cwd: a.meta.target.cwd.clone() }))
+        .with_context(|| format!("cannot write the HTML comparison to {shown}"))
 }
 
-fn write_json<T: Serialize>(path: Option<&Path>, value: &T) -> Result<()> {
-    let Some(path) = path else { return Ok(()) };
-    let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    serde_json::to_writer_pretty(&mut w, value)?;
-    writeln!(w)?;
-    w.flush().with_context(|| format!("cannot write {}", path.display()))
+fn write_json<T: Serialize>(out: Option<crate::output::Output>, value: &T) -> Result<()> {
+    let Some(out) = out else { return Ok(()) };
+    let shown = out.shown.display().to_string();
+    out.write_with(|w| {
+        serde_json::to_writer_pretty(&mut *w, value)?;
+        writeln!(w)
+    })
+    .with_context(|| format!("cannot write the comparison's JSON to {shown}"))
 }
 
 fn load_of(p: &Profile) -> Option<LoadResult> {

@@ -16,7 +16,13 @@ pub fn run(args: GenerateArgs) -> Result<ExitCode> {
         Generate::Man { dir: None } => cli::write_man(&mut out).context("could not write the man page")?,
         Generate::Man { dir: Some(dir) } => {
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-            cli::write_man_pages(&dir).with_context(|| format!("cannot write the man pages to {}", dir.display()))?;
+            // Each page written whole beside its name and renamed into place.
+            for (name, page) in cli::man_pages().context("could not render the man pages")? {
+                let path = dir.join(&name);
+                crate::output::check(&path, "man page", false)?
+                    .write_with(|w| w.write_all(&page))
+                    .with_context(|| format!("cannot write the man page {}", path.display()))?;
+            }
         }
     }
     out.flush().context("could not write to stdout")?;

@@ -7,11 +7,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use std::path::Path;
 
 use onefix_load::{summary, LoadConfig, LoadResult, RequestSpec};
 
 use crate::cli::LoadArgs;
+use crate::output::Output;
 
 static STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
@@ -22,6 +22,7 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     // A second Ctrl-C ends the program at once.
     // SAFETY: signal() is async-signal-safe.
     unsafe { libc::signal(libc::SIGINT, libc::SIG_DFL) };
+    crate::output::SIGNALS.fetch_add(1, Ordering::Relaxed);
 }
 
 pub fn config(args: &LoadArgs) -> Result<LoadConfig> {
@@ -56,20 +57,27 @@ pub fn config(args: &LoadArgs) -> Result<LoadConfig> {
 }
 
 /// Prints the summary of a load and writes its JSON result where asked.
-pub fn emit(result: &LoadResult, json: Option<&Path>) -> Result<()> {
-    print!("{}", summary::render(result));
-    if let Some(path) = json {
-        let file = std::fs::File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
-        let mut w = std::io::BufWriter::new(file);
-        serde_json::to_writer_pretty(&mut w, result)?;
-        writeln!(w)?;
-        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+/// The summary goes to stderr when the JSON result takes stdout (`--json -`).
+pub fn emit(result: &LoadResult, json: Option<Output>) -> Result<()> {
+    match &json {
+        Some(o) if o.is_stdout() => eprint!("{}", summary::render(result)),
+        _ => print!("{}", summary::render(result)),
+    }
+    if let Some(out) = json {
+        let shown = out.shown.display().to_string();
+        out.write_with(|w| {
+            serde_json::to_writer_pretty(&mut *w, result)?;
+            writeln!(w)
+        })
+        .with_context(|| format!("cannot write the load's JSON result to {shown}"))?;
     }
     Ok(())
 }
 
 pub fn run(args: LoadArgs) -> Result<ExitCode> {
     let cfg = config(&args)?;
+    // Checked before any request is sent.
+    let json = args.json.as_deref().map(|p| crate::output::check(p, "load's JSON result", true)).transpose()?;
     let stop = STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
     let handler = on_interrupt as extern "C" fn(libc::c_int);
     // SAFETY: the handler only stores to an atomic and resets the disposition.
@@ -87,7 +95,7 @@ pub fn run(args: LoadArgs) -> Result<ExitCode> {
         eprint!("\r\x1b[2K");
     }
     let result = result?;
-    emit(&result, args.json.as_deref())?;
+    emit(&result, json)?;
     if result.completed == 0 {
         let why = match result.errors.kinds().into_iter().max_by_key(|(_, n)| *n) {
             Some((kind, n)) => format!(" ({n} of {} ended in: {kind})", result.sent),

@@ -1,8 +1,7 @@
 //! `onefix record --memory`: start the command with the allocation agent, follow its RSS, then
 //! diagnose retained and churned bytes by the user's line.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use onefix_collect::process;
 use onefix_diagnose::{diagnose_memory, Diagnosis, MemoryOptions as DiagnoseOptions};
 use onefix_memory::{monotonic_ns, read_rss, MemoryOptions, MemoryTracker};
-use onefix_model::recording::RecordingWriter;
+use onefix_model::recording::{read_recording, RecordingWriter};
 use onefix_model::{Language, MemoryInfo, MemoryView, Meta, Mode, Profile, RssPoint, Target, TargetExit, WeightUnit};
 use onefix_report::{write_json, JsonOptions};
 
@@ -22,6 +21,8 @@ use crate::cmd::record::{
     catch_interrupts, default_output, interrupt_then_kill_after, load_plan, DrivenLoad, INTERRUPTED, LOAD_ATTACHMENT, SERVER_START_LIMIT,
 };
 
+/// How often what was sampled is written to the recording.
+const FLUSH_EVERY: Duration = Duration::from_secs(1);
 /// How often the target's RSS is read.
 const RSS_EVERY: Duration = Duration::from_millis(100);
 /// How long a target asked to stop may take before it is killed: a program holding a large heap
@@ -50,9 +51,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         _ => {}
     }
     let load = load_plan(&args)?;
-    let output = args.output.clone().unwrap_or_else(|| default_output(&args));
-    let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
+    // Every output is checked before the target starts.
+    let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
+    let plan = outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
+    let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
     catch_interrupts();
+    recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
 
     let mut tracker = MemoryTracker::new(MemoryOptions { rate_bytes: args.memory_rate, python_malloc: true })?;
     let mut cmd = Command::new(&args.command[0]);
@@ -62,7 +66,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let start_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
     let child = cmd.spawn().map_err(|e| {
-        let _ = std::fs::remove_file(&output);
         match e.kind() {
             io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
             io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
@@ -100,6 +103,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         stats: Default::default(),
         native,
     };
+    // The recording is written as it goes, a batch a second, so that a killed onefix (an OOM
+    // kill, a CI timeout) loses at most the last second; its samples are read back at the end
+    // through a second handle on the same file.
+    let shown = recording.dest.as_ref().map_or_else(|| "memory (--no-save)".to_owned(), |d| d.shown.display().to_string());
+    let readback = recording.readback().with_context(|| format!("cannot write the recording to {shown}"))?;
+    let mut writer = Some(
+        RecordingWriter::new(BufWriter::new(&mut recording), &meta).with_context(|| format!("cannot write the recording to {shown}"))?,
+    );
+    let mut write_error: Option<io::Error> = None;
     tracker.start(Profile::new(meta), start_ns);
 
     // With a load, the server is followed until the load ends (the heap it built while starting
@@ -109,12 +121,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         if let Err(e) = onefix_load::wait_until_listening(addr, SERVER_START_LIMIT, || !process::is_running(pid)) {
             interrupt_then_kill_after(pid, STOP_GRACE, || reap(pid, false).is_some());
             let _ = tracker.finish();
-            let _ = std::fs::remove_file(&output);
             bail!("cannot drive the load: {e}");
         }
         driven = Some(DrivenLoad::start(cfg));
     }
-    let (exit, rss, peak) = follow(pid, args.duration, started, driven.as_ref().map(|d| &*d.finished));
+    let (exit, rss, peak) = follow(pid, args.duration, started, driven.as_ref().map(|d| &*d.finished), &mut || {
+        if let Some(w) = writer.as_mut() {
+            if let Some(Err(e)) = tracker.with_profile(|p| w.write_batch(p)) {
+                write_error = Some(e);
+                writer = None;
+            }
+        }
+    });
     let load_result = match driven.map(DrivenLoad::finish) {
         Some(Ok(result)) => Some(result),
         Some(Err(e)) => {
@@ -124,6 +142,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         None => None,
     };
     let (mut profile, mut info) = tracker.finish();
+    // What the file took, then what is still in memory (all of it if the file failed).
+    if let Some(w) = writer.as_mut() {
+        if let Err(e) = w.write_batch(&mut profile) {
+            write_error = Some(e);
+            writer = None;
+        }
+    }
+    let rest = profile.take_samples();
+    profile.samples = read_recording(io::BufReader::new(crate::output::ReadAt::new(&readback))).map(|l| l.profile.samples).unwrap_or_default();
+    profile.samples.extend(rest);
     profile.meta.duration_s = started.elapsed().as_secs_f64();
     profile.meta.exit = Some(exit);
     info.rss = rss;
@@ -142,35 +170,47 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         // The load's result travels with the recording, for `report` and `compare`.
         profile.attachments.insert(LOAD_ATTACHMENT.to_owned(), serde_json::to_vec(result).unwrap_or_default());
     }
-    let mut saved = profile.clone();
-    let written = RecordingWriter::new(BufWriter::new(file), &saved.meta).and_then(|mut w| {
-        w.write_batch(&mut saved)?;
-        for (name, data) in &profile.attachments {
-            w.write_attachment(name, data)?;
-        }
-        w.finish(&mut saved).map(|_| ())
-    });
-    let saved_ok = match written {
-        Ok(()) => write_info(&info_path(&output), &info).is_ok(),
-        Err(e) => {
-            eprintln!("onefix: could not write the recording {} ({e})", output.display());
-            false
-        }
-    };
     if info.sampled == 0 {
+        // Nothing worth keeping: the partial recording goes with `recording`.
         bail!(
             "no allocation was sampled: the program allocated less than about {} bytes, or did not load the agent (a statically linked program, or one that clears LD_PRELOAD){}",
             args.memory_rate,
             exit_note(profile.meta.exit.as_ref())
         );
     }
-    report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, true)?;
-    if let (Some(result), Some(spec)) = (&load_result, &args.load) {
+    // The facts and the end: the samples are in the file already.
+    let written = match (write_error, writer) {
+        (Some(e), _) => Err(e),
+        (None, Some(mut w)) => (|| {
+            for (name, data) in &profile.attachments {
+                w.write_attachment(name, data)?;
+            }
+            let samples = profile.take_samples();
+            let end = w.finish(&mut profile).map(drop);
+            profile.samples = samples;
+            end
+        })(),
+        (None, None) => Ok(()),
+    };
+    let saved_at = written.and_then(|()| recording.persist()).map_err(|e| {
+        match recording.keep() {
+            Some(p) => eprintln!("onefix: could not write the recording {shown} ({e}); what was written is kept in {}, and {shown} was left as it was", p.display()),
+            None => eprintln!("onefix: could not write the recording {shown} ({e})"),
+        }
+    });
+    report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, planned, true)?;
+    if let (Some(result), Some(_)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was tracked:");
-        crate::cmd::load::emit(result, spec.0.json.as_deref())?;
+        crate::cmd::load::emit(result, load_json)?;
     }
-    if saved_ok && !args.outputs.quiet {
-        eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
+    let streamed = recording.dest.as_ref().is_some_and(|d| matches!(d.dest, crate::output::Dest::Stream { .. }));
+    match saved_at {
+        Ok(Some(p)) if !args.outputs.quiet && !streamed => {
+            eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", p.display(), p.display())
+        }
+        Ok(Some(p)) if !args.outputs.quiet => eprintln!("onefix: the recording was written to {}", p.display()),
+        Err(()) => return Ok(ExitCode::from(1)),
+        _ => {}
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -178,8 +218,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
 /// Waits for the target to end (or the duration, or Ctrl-C, then stops it), reading its RSS.
 /// Returns how it ended, its RSS over time, and its peak RSS.
 /// `stop` (the end of a load) also ends it.
-fn follow(pid: u32, duration: Option<Duration>, started: Instant, stop: Option<&AtomicBool>) -> (TargetExit, Vec<RssPoint>, Option<u64>) {
+fn follow(
+    pid: u32,
+    duration: Option<Duration>,
+    started: Instant,
+    stop: Option<&AtomicBool>,
+    every_second: &mut dyn FnMut(),
+) -> (TargetExit, Vec<RssPoint>, Option<u64>) {
     let mut rss = Vec::new();
+    let mut last_flush = Instant::now();
     let mut peak = 0u64;
     let mut last_read: Option<Instant> = None;
     let mut ended = None;
@@ -195,6 +242,10 @@ fn follow(pid: u32, duration: Option<Duration>, started: Instant, stop: Option<&
                 rss.push(RssPoint { time_us: started.elapsed().as_micros() as u64, rss_bytes: m.rss_bytes });
                 peak = peak.max(m.peak_rss_bytes);
             }
+        }
+        if last_flush.elapsed() >= FLUSH_EVERY {
+            last_flush = Instant::now();
+            every_second();
         }
         if INTERRUPTED.load(Ordering::Relaxed)
             || duration.is_some_and(|d| started.elapsed() >= d)
@@ -248,17 +299,11 @@ fn exit_note(exit: Option<&TargetExit>) -> String {
     }
 }
 
-/// Where the facts beyond the samples (RSS, counters) are kept beside a recording.
+/// Where recordings made before the facts were attached kept them: beside the file.
 pub fn info_path(recording: &Path) -> PathBuf {
     let mut name = recording.as_os_str().to_owned();
     name.push(".memory.json");
     PathBuf::from(name)
-}
-
-fn write_info(path: &Path, info: &MemoryInfo) -> io::Result<()> {
-    let mut w = BufWriter::new(File::create(path)?);
-    serde_json::to_writer(&mut w, info)?;
-    w.flush()
 }
 
 /// The name of the RSS and sampling facts among a memory recording's attachments.
@@ -284,19 +329,18 @@ fn view_of(arg: MemoryViewArg) -> MemoryView {
 
 /// Diagnoses a memory recording and writes every output: the flame graph, speedscope and
 /// folded stacks weigh the chosen view; the JSON report adds a `memory` object.
-pub fn report(profile: &Profile, info: Option<&MemoryInfo>, view: MemoryViewArg, args: &OutputArgs, complete: bool) -> Result<()> {
+pub fn report(profile: &Profile, info: Option<&MemoryInfo>, view: MemoryViewArg, args: &OutputArgs, mut planned: outputs::Planned, complete: bool) -> Result<()> {
     let user = outputs::user_code(profile, args);
     let mut diagnosis = diagnose_memory(profile, &user, &DiagnoseOptions::default());
     if let Some(info) = info {
         add_notes(&mut diagnosis, info);
     }
     let shown = profile.memory_view(view_of(view));
-    let mut rest = args.clone();
-    let json = rest.json.take();
-    outputs::write_all(&shown, &diagnosis, Mode::Wall, &rest, complete)?;
-    if let Some(path) = json {
-        write_memory_json(&path, &shown, &diagnosis, info, view, complete).with_context(|| format!("could not write the JSON report to {}", path.display()))?;
+    if let Some(out) = planned.json.take() {
+        let shown_at = out.shown.display().to_string();
+        write_memory_json(out, &shown, &diagnosis, info, view, complete).with_context(|| format!("could not write the JSON report to {shown_at}"))?;
     }
+    outputs::write_all(&shown, &diagnosis, Mode::Wall, planned, complete)?;
     Ok(())
 }
 
@@ -324,6 +368,15 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
         )),
         _ => {}
     }
+    if info.children > 0 {
+        let largest = info.children_peak_bytes.iter().max().copied().unwrap_or(0);
+        d.notes.push(format!(
+            "{} child process{} allocated too; each one's heap is its own and ended when it exited (the largest peaked at {} sampled)",
+            info.children,
+            if info.children == 1 { "" } else { "es" },
+            mb(largest)
+        ));
+    }
     if info.untracked > 0 {
         d.notes.push(format!("{} sampled allocations could not be followed to their free: retained bytes are overestimated", info.untracked));
     }
@@ -333,7 +386,7 @@ fn mb(b: u64) -> String {
     format!("{:.1} MB", b as f64 / 1e6)
 }
 
-fn write_memory_json(path: &Path, profile: &Profile, d: &Diagnosis, info: Option<&MemoryInfo>, view: MemoryViewArg, complete: bool) -> Result<()> {
+fn write_memory_json(out: crate::output::Output, profile: &Profile, d: &Diagnosis, info: Option<&MemoryInfo>, view: MemoryViewArg, complete: bool) -> Result<()> {
     let mut buf = Vec::new();
     write_json(&mut buf, profile, d, &JsonOptions { complete })?;
     let mut value: serde_json::Value = serde_json::from_slice(&buf)?;
@@ -343,8 +396,6 @@ fn write_memory_json(path: &Path, profile: &Profile, d: &Diagnosis, info: Option
         MemoryViewArg::Allocated => "allocated".into(),
     });
     value["memory"] = memory;
-    let mut w = BufWriter::new(File::create(path)?);
-    serde_json::to_writer_pretty(&mut w, &value)?;
-    w.flush()?;
+    out.write_with(|w| serde_json::to_writer_pretty(w, &value).map_err(io::Error::from))?;
     Ok(())
 }

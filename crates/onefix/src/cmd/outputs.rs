@@ -1,7 +1,6 @@
 //! What `record` and `report` share: deciding the user's code, diagnosing, writing outputs.
 
-use std::fs::File;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -13,6 +12,7 @@ use onefix_report::{
 };
 
 use crate::cli::{ModeArg, OutputArgs};
+use crate::output::{self, Output, OutputError, RecordingFile};
 
 impl From<ModeArg> for Mode {
     fn from(m: ModeArg) -> Mode {
@@ -125,34 +125,76 @@ impl Machine {
     }
 }
 
-/// Writes every output asked for, then the terminal summary on stdout. An output that cannot
-/// be written is reported and the others are still written.
-pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, args: &OutputArgs, complete: bool) -> Result<()> {
+/// The outputs of `OutputArgs`, each checked (and its temporary file made) before anything runs.
+#[derive(Default)]
+pub struct Planned {
+    pub json: Option<Output>,
+    pub flamegraph: Option<Output>,
+    pub speedscope: Option<Output>,
+    pub folded: Option<Output>,
+    pub pprof: Option<Output>,
+    pub html: Option<Output>,
+}
+
+impl Planned {
+    pub fn check(args: &OutputArgs) -> Result<Planned, OutputError> {
+        let one = |p: &Option<PathBuf>, what, stdout_ok| p.as_deref().map(|p| output::check(p, what, stdout_ok)).transpose();
+        Ok(Planned {
+            json: one(&args.json, "JSON report", true)?,
+            flamegraph: one(&args.flamegraph, "flame graph", true)?,
+            speedscope: one(&args.speedscope, "speedscope profile", true)?,
+            folded: one(&args.folded, "folded stacks", true)?,
+            pprof: one(&args.pprof, "pprof profile", false)?,
+            html: one(&args.html, "HTML report", true)?,
+        })
+    }
+
+    pub fn all(&self) -> Vec<&Output> {
+        [&self.json, &self.flamegraph, &self.speedscope, &self.folded, &self.pprof, &self.html].into_iter().flatten().collect()
+    }
+
+    /// Whether one of them is standard output: the terminal summary then goes to stderr.
+    pub fn uses_stdout(&self) -> bool {
+        self.all().iter().any(|o| o.is_stdout())
+    }
+}
+
+/// Writes every output asked for, then the terminal summary (on stdout, or on stderr when an
+/// output took stdout). An output that cannot be written is reported and the others are still
+/// written.
+pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, planned: Planned, complete: bool) -> Result<()> {
+    let summary_to_stderr = planned.uses_stdout();
     let mut failures = Vec::new();
-    let mut out = |path: &Option<PathBuf>, what: &str, f: &dyn Fn(&mut dyn Write) -> io::Result<()>| {
-        if let Some(path) = path {
-            if let Err(e) = write_file(path, f) {
-                failures.push(format!("could not write the {what} to {}: {e}", path.display()));
+    let mut out = |o: Option<Output>, f: &dyn Fn(&mut dyn Write) -> io::Result<()>| {
+        if let Some(o) = o {
+            let (what, shown) = (o.what, o.shown.clone());
+            if let Err(e) = o.write_with(f) {
+                failures.push(format!("could not write the {what} to {} ({e})", shown.display()));
             }
         }
     };
     let title = profile.meta.target.argv.as_ref().map(|a| format!("onefix: {}", a.join(" ")));
-    out(&args.json, "JSON report", &|w| write_json(w, profile, diagnosis, &JsonOptions { complete }));
-    out(&args.flamegraph, "flame graph", &|w| {
+    out(planned.json, &|w| write_json(w, profile, diagnosis, &JsonOptions { complete }));
+    out(planned.flamegraph, &|w| {
         write_flamegraph(w, profile, mode, &FlamegraphOptions { title: title.clone(), thread_prefix: false })
     });
-    out(&args.speedscope, "speedscope profile", &|w| write_speedscope(w, profile, mode));
-    out(&args.folded, "folded stacks", &|w| write_folded(w, profile, mode, &FoldedOptions::default()));
-    out(&args.pprof, "pprof profile", &|w| write_pprof(w, profile, mode));
-    out(&args.html, "HTML report", &|w| {
+    out(planned.speedscope, &|w| write_speedscope(w, profile, mode));
+    out(planned.folded, &|w| write_folded(w, profile, mode, &FoldedOptions::default()));
+    out(planned.pprof, &|w| write_pprof(w, profile, mode));
+    out(planned.html, &|w| {
         let run = HtmlRun { label: "recording".to_owned(), profile, diagnosis, mode, complete };
         write_html(w, &[run], &FileSystemSources { cwd: profile.meta.target.cwd.clone() })
     });
 
-    let stdout = io::stdout();
-    let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let opts = TerminalOptions { color, complete, ..TerminalOptions::default() };
-    write_terminal(stdout.lock(), profile, diagnosis, &opts).context("could not print the summary")?;
+    if summary_to_stderr {
+        let opts = TerminalOptions { color: false, complete, ..TerminalOptions::default() };
+        write_terminal(io::stderr().lock(), profile, diagnosis, &opts).context("could not print the summary")?;
+    } else {
+        let stdout = io::stdout();
+        let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let opts = TerminalOptions { color, complete, ..TerminalOptions::default() };
+        write_terminal(stdout.lock(), profile, diagnosis, &opts).context("could not print the summary")?;
+    }
     if failures.is_empty() {
         Ok(())
     } else {
@@ -160,8 +202,86 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, args: &Ou
     }
 }
 
-fn write_file(path: &Path, f: &dyn Fn(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
-    let mut w = BufWriter::new(File::create(path)?);
-    f(&mut w)?;
-    w.flush()
+/// Everything `record` writes, checked before the target starts.
+pub struct RecordPlan {
+    pub recording: RecordingFile,
+    pub outputs: Planned,
+    /// The driven load's JSON result (`--load "... --json PATH"`).
+    pub load_json: Option<Output>,
+}
+
+/// What `-o PATH` means by its extension, where people expect one: py-spy's `-o profile.svg`
+/// is a flame graph. The recording is then kept under its default name.
+fn output_by_extension(path: &Path) -> Option<Result<&'static str, String>> {
+    let name = path.file_name()?.to_string_lossy().to_ascii_lowercase();
+    let flag = if name.ends_with(".svg") {
+        "--flamegraph"
+    } else if name.ends_with(".html") || name.ends_with(".htm") {
+        "--html"
+    } else if name.ends_with(".pb.gz") || name.ends_with(".pprof") {
+        "--pprof"
+    } else if name.ends_with(".folded") || name.ends_with(".txt") {
+        "--folded"
+    } else if name.ends_with(".speedscope.json") {
+        "--speedscope"
+    } else if name.ends_with(".json") {
+        return Some(Err(format!(
+            "-o {} names the recording, and .json could mean two outputs: give --json {0} for the findings, or --speedscope {0} for a speedscope profile",
+            path.display()
+        )));
+    } else {
+        return None;
+    };
+    Some(Ok(flag))
+}
+
+/// Resolves `-o`, `--no-save` and the output flags into checked outputs, refusing in one
+/// sentence anything that could not be written (or two outputs on one file) before the target
+/// starts. `default_name` names the recording when `-o` does not.
+pub fn plan_record(
+    output: Option<&Path>,
+    no_save: bool,
+    default_name: impl FnOnce() -> PathBuf,
+    args: &OutputArgs,
+    load_json: Option<&Path>,
+) -> Result<RecordPlan> {
+    let mut args = args.clone();
+    let mut recording_path = output.map(Path::to_path_buf);
+    if let Some(path) = output {
+        match output_by_extension(path) {
+            Some(Err(sentence)) => anyhow::bail!("{sentence}"),
+            Some(Ok(flag)) => {
+                let slot = match flag {
+                    "--flamegraph" => &mut args.flamegraph,
+                    "--html" => &mut args.html,
+                    "--pprof" => &mut args.pprof,
+                    "--folded" => &mut args.folded,
+                    _ => &mut args.speedscope,
+                };
+                if let Some(other) = slot {
+                    anyhow::bail!("-o {} asks for what {flag} {} already gives: keep one of the two", path.display(), other.display());
+                }
+                *slot = Some(path.to_path_buf());
+                recording_path = None;
+                if !args.quiet && !no_save {
+                    eprintln!("onefix: -o {} is written as {flag} would write it; the recording keeps its default name", path.display());
+                }
+            }
+            None if no_save => anyhow::bail!("--no-save keeps no recording, but -o {} names one: give one of the two", path.display()),
+            None => {}
+        }
+    }
+    let recording = match (no_save, recording_path) {
+        (true, _) => None,
+        (false, Some(p)) => Some(output::check(&p, "recording", false)?),
+        (false, None) => Some(output::check(&default_name(), "recording", false)?),
+    };
+    let outputs = Planned::check(&args)?;
+    let load_json = load_json.map(|p| output::check(p, "load's JSON result", true)).transpose()?;
+    let mut all = outputs.all();
+    all.extend(recording.iter());
+    all.extend(load_json.iter());
+    output::check_distinct(&all, &[])?;
+    let recording = RecordingFile::create(recording)?;
+    Ok(RecordPlan { recording, outputs, load_json })
 }

@@ -1,6 +1,5 @@
 //! `onefix record`: start or attach, sample until the end, save, diagnose, report.
 
-use std::fs::File;
 use std::io::{BufReader, BufWriter, IsTerminal};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode, ExitStatus};
@@ -26,6 +25,7 @@ static LOAD_STOP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
 
 extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
+    crate::output::SIGNALS.fetch_add(1, Ordering::Relaxed);
     if let Some(stop) = LOAD_STOP.get() {
         stop.store(true, Ordering::Relaxed);
     }
@@ -50,18 +50,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let mode: Mode = args.mode.into();
     let load = load_plan(&args)?;
-    let output = args.output.clone().unwrap_or_else(|| default_output(&args));
-    // Open the recording before starting anything, so an unwritable path costs the target nothing.
-    let file = File::create(&output).with_context(|| format!("cannot write the recording to {}", output.display()))?;
+    // Every output is checked, and the recording's file made, before anything starts, so an
+    // unwritable path costs the target nothing.
+    let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
+    let plan = outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
+    let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
 
     catch_interrupts();
-    let started_target = match start_target(&args, mode) {
-        Ok(t) => t,
-        Err(e) => {
-            let _ = std::fs::remove_file(&output);
-            return Err(e);
-        }
-    };
+    recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
+    // On failure the partial recording, which holds nothing yet, goes with `recording`.
+    let started_target = start_target(&args, mode)?;
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
@@ -96,12 +94,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         native: args.native || language == Language::Native,
     };
     let mut profile = Profile::new(meta);
-    let mut writer = RecordingWriter::new(BufWriter::new(file), &profile.meta)
-        .with_context(|| format!("cannot write the recording to {}", output.display()))?;
+    let shown = recording_name(&recording);
+    let mut writer = RecordingWriter::new(BufWriter::new(&mut recording), &profile.meta)
+        .with_context(|| format!("cannot write the recording to {shown}"))?;
     // The machine's CPUs bound what a fix can gain: the work that remains runs on them.
     let machine = serde_json::to_vec(&outputs::Machine::this()).unwrap_or_default();
     profile.attachments.insert(outputs::MACHINE_ATTACHMENT.to_owned(), machine.clone());
-    writer.write_attachment(outputs::MACHINE_ATTACHMENT, &machine).with_context(|| format!("cannot write the recording to {}", output.display()))?;
+    writer.write_attachment(outputs::MACHINE_ATTACHMENT, &machine).with_context(|| format!("cannot write the recording to {shown}"))?;
 
     let schedule = Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
     let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
@@ -109,7 +108,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if let Some((cfg, addr)) = load {
         if let Err(e) = onefix_load::wait_until_listening(addr, SERVER_START_LIMIT, || !process::is_running(pid)) {
             sampler.stop(&mut profile, 0, !process::is_running(pid), pid);
-            let _ = std::fs::remove_file(&output);
             bail!("cannot drive the load: {e}");
         }
         driven = Some(DrivenLoad::start(cfg));
@@ -170,32 +168,49 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
         None => None,
     };
-    // The samples are on disk, batch by batch; read them back for the report. Whatever the
-    // file could not take (disk full) is still in memory and is added to what it holds.
-    let unwritten = match outcome.write_error {
+    // The samples are in the recording's file, batch by batch; read them back for the report.
+    // Whatever the file could not take (disk full) is still in memory and is added to what it
+    // holds.
+    let written = match outcome.write_error {
         Some(e) => {
-            eprintln!("onefix: the recording {} stopped being written ({e}); it holds what came before", output.display());
-            profile.take_samples()
+            drop(writer);
+            Err(e)
         }
-        None => match writer.finish(&mut profile) {
-            Ok(_) => Vec::new(),
-            Err(e) => {
-                eprintln!("onefix: could not finish the recording {} ({e}); it holds what came before", output.display());
-                profile.take_samples()
-            }
-        },
+        None => writer.finish(&mut profile).map(drop),
     };
-    let saved = unwritten.is_empty();
-    let on_disk = File::open(&output).ok().and_then(|f| read_recording(BufReader::new(f)).ok());
+    let unwritten = match &written {
+        Ok(()) => Vec::new(),
+        Err(_) => profile.take_samples(),
+    };
+    let on_disk = read_recording(BufReader::new(recording.reader())).ok();
     // The file's tables are a prefix of the in-memory ones (same interning order), so its
     // samples refer to the same frames, stacks and threads.
     profile.samples = on_disk.map(|l| l.profile.samples).unwrap_or_default();
     profile.samples.extend(unwritten);
     if profile.sample_count() == 0 {
-        // The file holds metadata alone: nothing worth keeping.
-        let _ = std::fs::remove_file(&output);
+        // The file holds metadata alone: nothing worth keeping (it is removed with `recording`).
         bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
     }
+    // Where the recording ends up: in place when whole, else what fit, under its own name.
+    let saved_at = match written {
+        Ok(()) => match recording.persist() {
+            Ok(at) => Ok(at),
+            Err(e) => Err(format!("could not put the recording in place at {shown} ({e})")),
+        },
+        Err(e) => Err(format!("the recording stopped being written ({e})")),
+    };
+    let saved_at = saved_at.map_err(|why| {
+        let kept = recording.keep();
+        match &kept {
+            Some(p) => eprintln!(
+                "onefix: {why}; what was written until then is kept in {} (render it with `onefix report {}`); {shown} was left as it was",
+                p.display(),
+                p.display()
+            ),
+            None => eprintln!("onefix: {why}; the report below is whole, from memory"),
+        }
+        kept
+    });
     // Said only of a recording that holds samples: with none, the one sentence is that.
     if language == Language::Native && executable_has_no_symbols(&profile, &exe) {
         eprintln!(
@@ -204,10 +219,26 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     diagnosis.notes.extend(asyncio_notes);
-    outputs::write_all(&profile, &diagnosis, mode, &args.outputs, true)?;
-    if let (Some(result), Some(spec)) = (&load_result, &args.load) {
+    let rerender = match &saved_at {
+        Ok(Some(p)) if recording.dest.as_ref().is_some_and(|d| !matches!(d.dest, crate::output::Dest::Stream { .. })) => Some(p.clone()),
+        Err(Some(p)) => Some(p.clone()),
+        _ => None,
+    };
+    // An output that failed at the end (disk full) is said, with where the recording is to
+    // render it again; the run still recorded, so the exit is 1, not 2.
+    let outputs_failed = match outputs::write_all(&profile, &diagnosis, mode, planned, true) {
+        Ok(()) => false,
+        Err(e) => {
+            match &rerender {
+                Some(p) => eprintln!("onefix: {e}; the recording is kept in {} (render it again with `onefix report {} ...`)", p.display(), p.display()),
+                None => eprintln!("onefix: {e}"),
+            }
+            true
+        }
+    };
+    if let (Some(result), Some(_)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was profiled:");
-        crate::cmd::load::emit(result, spec.0.json.as_deref())?;
+        crate::cmd::load::emit(result, load_json)?;
         if let Some(note) = time_outside_the_server(&diagnosis, result) {
             println!("  note: {note}");
         }
@@ -222,23 +253,32 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if let Some(sig) = crashed {
         // The target's crash is not onefix's, but the run did not end as asked: say so, with
         // where what was recorded until then lies, and exit non-zero for scripts.
-        eprintln!(
-            "onefix: the target was killed by {} after {:.1} s; what was recorded until then is saved to {} (render it again with `onefix report {}`)",
-            signal_name(sig),
-            elapsed_us as f64 / 1e6,
-            output.display(),
-            output.display()
-        );
+        let kept = match &rerender {
+            Some(p) => format!("; what was recorded until then is saved to {} (render it again with `onefix report {}`)", p.display(), p.display()),
+            None => String::new(),
+        };
+        eprintln!("onefix: the target was killed by {} after {:.1} s{kept}", signal_name(sig), elapsed_us as f64 / 1e6);
         return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
     }
-    if !saved {
-        // The sentence about the unwritable recording was printed above.
-        return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
-    }
-    if !args.outputs.quiet {
-        eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", output.display(), output.display());
+    match saved_at {
+        // The sentence about the unwritten recording or output was printed above.
+        Err(_) => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
+        _ if outputs_failed => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
+        Ok(Some(p)) if !args.outputs.quiet => match &rerender {
+            Some(_) => eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", p.display(), p.display()),
+            None => eprintln!("onefix: the recording was written to {}", p.display()),
+        },
+        _ => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The recording's destination in words, for messages.
+fn recording_name(recording: &crate::output::RecordingFile) -> String {
+    match &recording.dest {
+        Some(d) => d.shown.display().to_string(),
+        None => "memory (--no-save)".to_owned(),
+    }
 }
 
 /// Exit status when a recording was made but did not end as asked: the target crashed, or the
@@ -503,8 +543,23 @@ pub(crate) fn default_output(args: &RecordArgs) -> PathBuf {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "target".into()),
     };
-    let stamp = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    PathBuf::from(format!("onefix-{name}-{stamp}.onefix"))
+    let stamp = local_timestamp(SystemTime::now());
+    // A name that is taken (two recordings in one second) gets a number: a default name never
+    // replaces a file.
+    (1..)
+        .map(|n| if n == 1 { format!("onefix-{name}-{stamp}.onefix") } else { format!("onefix-{name}-{stamp}-{n}.onefix") })
+        .map(PathBuf::from)
+        .find(|p| std::fs::symlink_metadata(p).is_err())
+        .expect("an unbounded range")
+}
+
+/// `2026-12-01T13-05-22` in local time: names that people can read and that sort by time.
+fn local_timestamp(t: SystemTime) -> String {
+    let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as libc::time_t;
+    // SAFETY: localtime_r fills the zeroed tm from a valid time_t.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&secs, &mut tm) };
+    format!("{:04}-{:02}-{:02}T{:02}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
 }
 
 /// Turns an attach failure into the sentence to print, stopping a child we started.

@@ -10,6 +10,10 @@ use crate::cmd::outputs;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let path = &args.recording;
+    // Checked before the recording is read: a bad path is said at once, and no output may
+    // land on the recording itself.
+    let planned = outputs::Planned::check(&args.outputs)?;
+    crate::output::check_distinct(&planned.all(), &[path.as_path()])?;
     let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
     let loaded = read_recording(BufReader::new(file)).with_context(|| format!("cannot read {}", path.display()))?;
     if !loaded.complete {
@@ -21,12 +25,12 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     }
     let profile = loaded.profile;
     if profile.meta.weight_unit == onefix_model::WeightUnit::Bytes {
-        let info = crate::cmd::memory::read_info(path);
-        crate::cmd::memory::report(&profile, info.as_ref(), args.memory_view.memory_view, &args.outputs, loaded.complete)?;
+        let info = crate::cmd::memory::info_of(&profile).or_else(|| crate::cmd::memory::read_info(path));
+        crate::cmd::memory::report(&profile, info.as_ref(), args.memory_view.memory_view, &args.outputs, planned, loaded.complete)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
-    outputs::write_all(&profile, &diagnosis, mode, &args.outputs, loaded.complete)?;
+    outputs::write_all(&profile, &diagnosis, mode, planned, loaded.complete)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -2,7 +2,6 @@
 //! round redraw the diagnosis of the last few seconds. `q` or Ctrl-C quits; `--output` keeps
 //! everything seen as a recording.
 
-use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +17,7 @@ use onefix_report::{write_top, TopStatus};
 
 use crate::cli::{OutputArgs, RecordArgs, TopArgs};
 use crate::cmd::outputs;
+use crate::output::RecordingFile;
 use crate::cmd::record::{catch_interrupts, start_target, StartedTarget, INTERRUPTED};
 
 /// How often the screen is redrawn.
@@ -28,11 +28,15 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         bail!("nothing to watch: give a command after `--` (onefix top -- python3 app.py) or a process with --pid");
     }
     let mode: Mode = args.mode.into();
-    let file = match &args.output {
-        Some(path) => Some(File::create(path).with_context(|| format!("cannot write the recording to {}", path.display()))?),
+    // Checked, and its partial file made, before anything starts.
+    let mut recording = match &args.output {
+        Some(path) => Some(RecordingFile::create(Some(crate::output::check(path, "recording", false)?))?),
         None => None,
     };
     catch_interrupts();
+    if let Some(r) = recording.as_mut() {
+        r.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
+    }
     // The same start or attach as `record`, so top sees what a recording would.
     let record_args = RecordArgs {
         pid: args.pid,
@@ -44,6 +48,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         subprocesses: false,
         stack_bytes: 32 * 1024,
         output: None,
+        no_save: true,
         seed: 0x0f1f,
         load: None,
         memory: false,
@@ -52,11 +57,8 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         outputs: OutputArgs { user_code: args.user_code.clone(), quiet: true, ..OutputArgs::default() },
         command: args.command.clone(),
     };
-    let started_target = start_target(&record_args, mode).inspect_err(|_| {
-        if let Some(path) = &args.output {
-            let _ = std::fs::remove_file(path);
-        }
-    })?;
+    // On failure the partial recording, which holds nothing yet, goes with `recording`.
+    let started_target = start_target(&record_args, mode)?;
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
@@ -86,7 +88,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         stats: Default::default(),
         native: language == Language::Native,
     });
-    let mut writer = match file {
+    let mut writer = match recording.as_mut() {
         Some(f) => Some(RecordingWriter::new(BufWriter::new(f), &profile.meta).context("cannot write the recording")?),
         None => None,
     };
@@ -178,12 +180,20 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         eprintln!("onefix: {warning}");
     }
     drop(sampler);
-    if let Some(e) = write_error {
-        eprintln!("onefix: the recording stopped being written ({e}); it holds what came before");
-    }
-    if let (Some(w), Some(path)) = (writer, &args.output) {
-        w.finish(&mut profile).with_context(|| format!("could not finish the recording {}", path.display()))?;
-        eprintln!("onefix: what top saw is saved in {} (render it with `onefix report {}`)", path.display(), path.display());
+    let finished = match (write_error, writer) {
+        (Some(e), _) => Err(std::io::Error::other(e)),
+        (None, Some(w)) => w.finish(&mut profile).map(drop),
+        (None, None) => Ok(()),
+    };
+    if let Some(r) = recording.as_mut() {
+        match finished.and_then(|()| r.persist()) {
+            Ok(Some(p)) => eprintln!("onefix: what top saw is saved in {} (render it with `onefix report {}`)", p.display(), p.display()),
+            Ok(None) => {}
+            Err(e) => match r.keep() {
+                Some(p) => eprintln!("onefix: the recording stopped being written ({e}); what came before is kept in {}", p.display()),
+                None => eprintln!("onefix: the recording stopped being written ({e})"),
+            },
+        }
     }
     if let Some(TargetExit::Code(code)) = profile.meta.exit {
         eprintln!("onefix: the target exited with {code}");
