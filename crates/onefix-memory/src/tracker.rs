@@ -291,6 +291,9 @@ impl Collector {
         peaks.sort_unstable();
         self.info.children = peaks.len() as u64;
         self.info.children_peak_bytes = peaks.iter().map(|p| p.1).collect();
+        let mut exited: Vec<u32> = self.children.iter().filter(|(_, c)| c.exited_us.is_some()).map(|(&pid, _)| pid).collect();
+        exited.sort_unstable();
+        self.info.exited_children = exited;
     }
 
     fn free_process(&mut self, pid: u32, time_us: u64) {

@@ -63,6 +63,9 @@ pub struct MemoryInfo {
     /// The peak of each child's sampled live bytes, by pid.
     #[serde(default)]
     pub children_peak_bytes: Vec<u64>,
+    /// The children that exited before the recording ended: their heaps are not the target's.
+    #[serde(default)]
+    pub exited_children: Vec<u32>,
 }
 
 impl Profile {
@@ -122,6 +125,15 @@ impl Profile {
                 _ => out.push(RssPoint { time_us: at, rss_bytes: live.max(0) as u64 }),
             }
         }
+        out
+    }
+
+    /// The same profile with only the samples of processes `keep` accepts: the heaps of
+    /// child processes that exited during the recording ended with them, and are reported
+    /// apart rather than counted in the target's heap.
+    pub fn only_processes(&self, keep: impl Fn(u32) -> bool) -> Profile {
+        let mut out = self.clone();
+        out.samples.retain(|s| keep(self.thread(s.thread).pid));
         out
     }
 

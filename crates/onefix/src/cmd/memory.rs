@@ -155,7 +155,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     profile.meta.duration_s = started.elapsed().as_secs_f64();
     profile.meta.exit = Some(exit);
     info.rss = rss;
-    info.live = profile.live_bytes_over_time(LIVE_POINTS);
+    info.live = profile.only_processes(|pid| info.exited_children.binary_search(&pid).is_err()).live_bytes_over_time(LIVE_POINTS);
     info.peak_rss_bytes = peak;
     let user_pythonmalloc = std::env::var("PYTHONMALLOC").ok();
     info.python_malloc_by_onefix = user_pythonmalloc.is_none();
@@ -331,6 +331,16 @@ fn view_of(arg: MemoryViewArg) -> MemoryView {
 /// folded stacks weigh the chosen view; the JSON report adds a `memory` object.
 pub fn report(profile: &Profile, info: Option<&MemoryInfo>, view: MemoryViewArg, args: &OutputArgs, mut planned: outputs::Planned, complete: bool) -> Result<()> {
     let user = outputs::user_code(profile, args);
+    // A child that exited took its heap with it: the target's heap is that of the processes
+    // that lasted; the children are told apart in a note.
+    let lasting;
+    let profile = match info.filter(|i| !i.exited_children.is_empty()) {
+        Some(i) => {
+            lasting = profile.only_processes(|pid| i.exited_children.binary_search(&pid).is_err());
+            &lasting
+        }
+        None => profile,
+    };
     let mut diagnosis = diagnose_memory(profile, &user, &DiagnoseOptions::default());
     if let Some(info) = info {
         add_notes(&mut diagnosis, info);
@@ -368,12 +378,12 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
         )),
         _ => {}
     }
-    if info.children > 0 {
+    if !info.exited_children.is_empty() {
+        let n = info.exited_children.len();
         let largest = info.children_peak_bytes.iter().max().copied().unwrap_or(0);
         d.notes.push(format!(
-            "{} child process{} allocated too; each one's heap is its own and ended when it exited (the largest peaked at {} sampled)",
-            info.children,
-            if info.children == 1 { "" } else { "es" },
+            "{n} child process{} exited during the recording: each one's heap was its own and ended with it, so it is not counted above (the largest child heap peaked at {} sampled)",
+            if n == 1 { "" } else { "es" },
             mb(largest)
         ));
     }
