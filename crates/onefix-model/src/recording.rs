@@ -232,7 +232,15 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
         }
     }
     match profile {
-        Some(profile) => Ok(Loaded { profile, complete }),
+        Some(mut profile) => {
+            if !complete {
+                // The metadata of a recording that ended early is that of its start: its span
+                // is what its samples cover.
+                let last_us = profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0);
+                profile.meta.duration_s = profile.meta.duration_s.max(last_us as f64 / 1e6);
+            }
+            Ok(Loaded { profile, complete })
+        }
         None => Err(RecordingError::Corrupt {
             offset,
             what: "the file ends before its metadata".into(),
@@ -366,6 +374,9 @@ mod tests {
                 Ok(loaded) => {
                     assert!(!loaded.complete, "cut at {cut} must be reported incomplete");
                     assert!(loaded.profile.samples.len() <= p.samples.len());
+                    // Its span is what its samples cover, not the 0 s of its first metadata.
+                    let last = loaded.profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0);
+                    assert_eq!(loaded.profile.meta.duration_s, last as f64 / 1e6, "cut at {cut}");
                 }
                 Err(RecordingError::Corrupt { .. }) => {} // cut before the metadata chunk ended
                 Err(e) => panic!("cut at {cut}: unexpected {e}"),
