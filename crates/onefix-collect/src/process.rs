@@ -43,6 +43,19 @@ pub fn cwd(pid: u32) -> Option<String> {
         .map(|p| p.display().to_string())
 }
 
+/// What identifies the program image a process runs, which an exec replaces under the same
+/// pid: its executable, its command line, and where its first mapping lies (placed anew by
+/// each exec, even of the same interpreter with the same arguments).
+pub fn image(pid: u32) -> Option<String> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let first = maps.lines().next()?.split(' ').next()?.to_owned();
+    // The stack is placed at random by every exec, even for an executable that is not PIE.
+    let stack = maps.lines().find(|l| l.ends_with("[stack]")).and_then(|l| l.split(' ').next()).unwrap_or("");
+    Some(format!("{}\0{}\0{first}\0{stack}", exe.display(), String::from_utf8_lossy(&cmdline)))
+}
+
 pub fn cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(
@@ -68,6 +81,25 @@ pub fn looks_like_python(pid: u32) -> bool {
 
 /// Every live descendant of `root` (children, grandchildren, ...), found by one pass over /proc.
 pub fn descendants(root: u32) -> Vec<u32> {
+    // The kernel lists each thread's children (CONFIG_PROC_CHILDREN): a few small reads instead
+    // of one per process on the machine, cheap enough to look every few ticks.
+    if std::path::Path::new(&format!("/proc/{root}/task/{root}/children")).exists() {
+        let mut found = vec![root];
+        let mut i = 0;
+        while i < found.len() {
+            let p = found[i];
+            if let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) {
+                for task in tasks.flatten() {
+                    let Ok(list) = fs::read_to_string(task.path().join("children")) else { continue };
+                    found.extend(list.split_ascii_whitespace().filter_map(|c| c.parse::<u32>().ok()).filter(|c| !found.contains(c)).collect::<Vec<_>>());
+                }
+            }
+            i += 1;
+        }
+        found.remove(0);
+        found.retain(|&p| is_running(p));
+        return found;
+    }
     let mut parents: Vec<(u32, u32)> = Vec::new();
     if let Ok(entries) = fs::read_dir("/proc") {
         for entry in entries.flatten() {

@@ -27,8 +27,9 @@ pub struct PythonSampler {
     opts: PythonOptions,
     config: Config,
     spies: Vec<Spy>,
-    /// Descendants that were tried and are not (yet) readable Python, with the attempt count.
-    tried: HashMap<u32, u32>,
+    /// Descendants that were tried and are not (yet) readable Python, with when they were first
+    /// seen.
+    tried: HashMap<u32, Instant>,
     last_scan: Instant,
     /// When threads left attached by a paused read were last let go (`native` only).
     last_release: Instant,
@@ -38,12 +39,23 @@ pub struct PythonSampler {
     asyncio: Option<Box<AsyncioTasks>>,
     /// A thread was seen waiting in an asyncio event loop's selector.
     saw_event_loop: bool,
+    /// When the sampled processes' images were last compared with those their spies read.
+    last_image_check: Instant,
+    /// What happened to the processes' images: "pid N exec'd into CMD at T s".
+    exec_notes: Vec<String>,
+    started: Instant,
 }
 
 struct Spy {
     pid: u32,
     spy: PythonSpy,
     gone: bool,
+    /// The program image the spy reads (see [`process::image`]); an exec replaces it, and the
+    /// spy's addresses with it.
+    image: Option<String>,
+    /// The process exec'd into a new image that is not readable yet (an interpreter still
+    /// starting): since when, and the new image.
+    exec_since: Option<(Instant, String)>,
     /// Threads whose latest kept stack had Python frames: an empty stack from one of them is
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
@@ -52,8 +64,14 @@ struct Spy {
 
 /// Reads of a process per tick at most: the first, and retries of a torn or failed one.
 const READ_ATTEMPTS: usize = 4;
-const SCAN_EVERY: Duration = Duration::from_millis(250);
-const MAX_CHILD_ATTEMPTS: u32 = 8;
+/// How often new descendants are looked for (`subprocesses`): a child is sampled from within
+/// about this long of its interpreter becoming readable.
+const SCAN_EVERY: Duration = Duration::from_millis(50);
+/// How often the sampled processes' images are compared with those their spies read (and,
+/// with paused reads, threads left attached are let go).
+const IMAGE_CHECK_EVERY: Duration = Duration::from_millis(250);
+/// How long a descendant may take to become readable Python before it is left alone.
+const CHILD_PATIENCE: Duration = Duration::from_secs(5);
 
 impl PythonSampler {
     /// Paused reads (`native`): lets go of any thread of the sampled processes that a read left
@@ -96,13 +114,16 @@ impl PythonSampler {
             version: String::new(),
             asyncio: None,
             saw_event_loop: false,
+            last_image_check: Instant::now(),
+            exec_notes: Vec::new(),
+            started: Instant::now(),
         };
         let mut last_error: Option<anyhow::Error>;
         loop {
             match sampler.open(pid) {
                 Ok(spy) => {
                     sampler.version = spy.version.to_string();
-                    sampler.spies.push(Spy { pid, spy, gone: false, had_frames: Default::default() });
+                    sampler.spies.push(Spy::new(pid, spy));
                     return Ok(sampler);
                 }
                 Err(e) if permission_denied(&e) => return Err(CollectError::PermissionDenied { pid }),
@@ -167,6 +188,50 @@ impl PythonSampler {
         }
     }
 
+    /// Sentences about processes that exec'd while sampled.
+    pub fn exec_notes(&self) -> Vec<String> {
+        self.exec_notes.clone()
+    }
+
+    /// An exec replaces a process's image under the same pid, and with it every address its
+    /// spy reads: sampling would go on blind. A process whose image changed is read again
+    /// from its new image as soon as that is readable Python (a wrapper that execs the real
+    /// program, a program that re-execs itself); one that exec'd into something else is said.
+    fn follow_execs(&mut self) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let mut reopen = Vec::new();
+        for (i, spy) in self.spies.iter_mut().enumerate().filter(|(_, s)| !s.gone) {
+            let now = process::image(spy.pid);
+            if now.is_none() {
+                continue;
+            }
+            if spy.exec_since.is_none() && now != spy.image {
+                let command = process::cmdline(spy.pid).map(|a| a.join(" ")).unwrap_or_else(|| process::exe(spy.pid));
+                spy.exec_since = Some((Instant::now(), command));
+            }
+            if spy.exec_since.is_some() {
+                reopen.push(i);
+            }
+        }
+        for i in reopen {
+            let pid = self.spies[i].pid;
+            let (since, command) = self.spies[i].exec_since.clone().expect("set above");
+            match self.open(pid) {
+                Ok(spy) => {
+                    self.exec_notes.push(format!("pid {pid} exec'd into `{command}` at {elapsed:.1} s; sampling went on in the new program"));
+                    self.spies[i] = Spy::new(pid, spy);
+                }
+                Err(_) if since.elapsed() >= EXEC_PATIENCE || !process::looks_like_python(pid) && since.elapsed() >= Duration::from_secs(1) => {
+                    self.exec_notes.push(format!(
+                        "pid {pid} exec'd into `{command}` at {elapsed:.1} s, which onefix cannot read as Python; it was not sampled after that (profile it with its own onefix record)"
+                    ));
+                    self.spies[i].gone = true;
+                }
+                Err(_) => {}
+            }
+        }
+    }
+
     fn open(&self, pid: u32) -> anyhow::Result<PythonSpy> {
         let mut spy = PythonSpy::new(pid as py_spy::Pid, &self.config)?;
         // A spy that cannot read one stack yet is not ready (interpreter still starting).
@@ -180,20 +245,28 @@ impl PythonSampler {
             if self.spies.iter().any(|s| s.pid == pid) {
                 continue;
             }
-            let attempts = self.tried.entry(pid).or_insert(0);
-            if *attempts >= MAX_CHILD_ATTEMPTS {
+            let first_seen = *self.tried.entry(pid).or_insert_with(Instant::now);
+            if first_seen.elapsed() >= CHILD_PATIENCE {
                 continue;
             }
-            *attempts += 1;
             if !process::looks_like_python(pid) {
                 continue;
             }
             if let Ok(spy) = self.open(pid) {
-                self.spies.push(Spy { pid, spy, gone: false, had_frames: Default::default() });
+                self.spies.push(Spy::new(pid, spy));
             }
         }
     }
 }
+
+impl Spy {
+    fn new(pid: u32, spy: PythonSpy) -> Spy {
+        Spy { pid, spy, gone: false, image: process::image(pid), exec_since: None, had_frames: Default::default() }
+    }
+}
+
+/// How long a process that exec'd is given to become readable Python again.
+const EXEC_PATIENCE: Duration = Duration::from_secs(10);
 
 fn thread_key(trace: &StackTrace) -> u64 {
     trace.os_thread_id.unwrap_or(trace.thread_id)
@@ -266,9 +339,13 @@ impl Sampler for PythonSampler {
         if let Some(a) = self.asyncio.as_mut() {
             a.channel.drain_into(&mut a.merge);
         }
+        if self.last_image_check.elapsed() >= IMAGE_CHECK_EVERY || self.spies.iter().any(|s| s.exec_since.is_some()) {
+            self.last_image_check = Instant::now();
+            self.follow_execs();
+        }
         let mut added = 0;
         let mut failed = false;
-        for spy in self.spies.iter_mut().filter(|s| !s.gone) {
+        for spy in self.spies.iter_mut().filter(|s| !s.gone && s.exec_since.is_none()) {
             // A non-blocking read tears when the target changes its stack mid-read, which is
             // likeliest in deep, fast-changing (hot) code. Dropping torn reads would bias the
             // shares against exactly that code, so a torn or failed read is retried at once, a
@@ -308,9 +385,13 @@ impl Sampler for PythonSampler {
                 Err(_) => failed = true,
             }
         }
-        if self.opts.native && self.last_release.elapsed() >= SCAN_EVERY {
+        if self.opts.native && self.last_release.elapsed() >= IMAGE_CHECK_EVERY {
             self.release_traced_threads();
             self.last_release = Instant::now();
+        }
+        if failed {
+            // A read that fails may be the first sign of an exec.
+            self.follow_execs();
         }
         let all_gone = self.spies.iter().all(|s| s.gone);
         if all_gone && !(self.opts.subprocesses && process::is_running(self.root)) {

@@ -87,3 +87,73 @@ fn a_forking_target_s_heap_is_its_own_and_its_children_are_told_apart() {
     assert!(report["memory"]["exited_children"].as_array().unwrap().len() >= 20, "{:#}", report["memory"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("child processes exited during the recording"));
 }
+
+/// Writes `name` into the scratch directory and gives its path.
+fn program(s: &Scratch, name: &str, text: &str) -> std::path::PathBuf {
+    let path = s.path(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn record_json(s: &Scratch, command: &[&str]) -> (Value, String) {
+    let json = s.path("r.json");
+    let out = onefix().args(["record", "--quiet", "--no-save", "--json"]).arg(&json).arg("--").args(command).current_dir(s.path("")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+const SECOND: &str = "import time\ndef second_work():\n    return sum(i * i for i in range(5000))  # SECOND\nend = time.time() + 2\nwhile time.time() < end:\n    second_work()\n";
+
+#[test]
+fn an_exec_d_program_is_sampled_under_the_same_pid() {
+    let s = Scratch::new("exec");
+    let second = program(&s, "second.py", SECOND);
+    let first = program(
+        &s,
+        "first.py",
+        "import os, sys, time\nend = time.time() + 0.8\nwhile time.time() < end:\n    sum(range(1000))\nos.execv(sys.executable, [sys.executable, sys.argv[1]])\n",
+    );
+    let (report, stdout) = record_json(&s, &["python3", first.to_str().unwrap(), second.to_str().unwrap()]);
+    let top = &report["findings"][0];
+    assert!(top["file"].as_str().unwrap().ends_with("second.py"), "{report:#}");
+    assert_eq!(top["line"], line_of(&second, "# SECOND"), "{top:#}");
+    assert!(stdout.contains("exec'd into"), "the exec is said: {stdout}");
+}
+
+#[test]
+fn a_shell_script_that_execs_python_is_profiled_as_python() {
+    let s = Scratch::new("wrapper");
+    let second = program(&s, "app.py", SECOND);
+    let wrapper = program(&s, "run.sh", "#!/bin/sh\ncd \"$(dirname \"$0\")\"\nexport APP_MODE=prod\nexec python3 app.py \"$@\"\n");
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (report, _) = record_json(&s, &[wrapper.to_str().unwrap()]);
+    assert_eq!(report["target"]["language"], "python", "{:#}", report["target"]);
+    assert_eq!(report["findings"][0]["line"], line_of(&second, "# SECOND"), "{report:#}");
+}
+
+#[test]
+fn subprocesses_are_sampled_from_their_start() {
+    let s = Scratch::new("subproc");
+    let parent = program(
+        &s,
+        "parent.py",
+        "import subprocess, sys, time\ntime.sleep(0.3)\nsubprocess.run([sys.executable, '-c', 'import time\\nend = time.time() + 1\\nwhile time.time() < end:\\n    sum(range(1000))\\n'])\ntime.sleep(0.2)\n",
+    );
+    let folded = s.path("cpu.folded");
+    let out = onefix()
+        .args(["record", "--quiet", "--no-save", "--subprocesses", "--mode", "cpu", "--rate", "100", "--folded"])
+        .arg(&folded)
+        .args(["--", "python3"])
+        .arg(&parent)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The child's own frames (`<string>`: its code came with -c), at 100 Hz.
+    let child: u64 = std::fs::read_to_string(&folded)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("<string>"))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|n| n.parse::<u64>().ok()))
+        .sum();
+    assert!(child >= 80, "a 1 s child was sampled for {} s", child as f64 / 100.0);
+}

@@ -146,7 +146,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for warning in sampler.warnings() {
         eprintln!("onefix: {warning}");
     }
-    let asyncio_notes = sampler.asyncio_notes(mode);
+    let mut asyncio_notes = sampler.exec_notes();
+    asyncio_notes.extend(sampler.asyncio_notes(mode));
     drop(sampler);
 
     let load_result = match load_result {
@@ -373,6 +374,14 @@ impl TargetSampler {
         match self {
             TargetSampler::Python { sampler, .. } if mode == Mode::Wall => sampler.asyncio_notes(),
             _ => Vec::new(),
+        }
+    }
+
+    /// Processes that exec'd while they were sampled.
+    fn exec_notes(&self) -> Vec<String> {
+        match self {
+            TargetSampler::Python { sampler, .. } => sampler.exec_notes(),
+            TargetSampler::Native { .. } => Vec::new(),
         }
     }
 
