@@ -40,6 +40,10 @@ impl AgentFile {
         Err(std::io::Error::new(std::io::ErrorKind::AlreadyExists, "no free name for the agent's directory"))
     }
 
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -84,6 +84,11 @@ impl MemoryTracker {
         Ok(MemoryTracker { opts, agent, ours: Some(ours), theirs: Some(theirs), stop: Arc::new(AtomicBool::new(false)), collector: None, drain: None })
     }
 
+    /// The private directory the agent is preloaded from (removed when the tracker is dropped).
+    pub fn agent_dir(&self) -> &std::path::Path {
+        self.agent.dir()
+    }
+
     /// Makes `cmd` load the agent and report to this tracker.
     pub fn prepare(&self, cmd: &mut Command) {
         let fd = self.theirs.as_ref().map(|f| f.as_raw_fd()).unwrap_or(-1);

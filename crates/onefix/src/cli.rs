@@ -30,6 +30,10 @@ pub enum Command {
     /// Shell completions and man pages, generated from this command line (for packagers).
     #[command(hide = true)]
     Generate(GenerateArgs),
+    /// Removes a recording's temporary directories once onefix and its target have ended
+    /// (started by onefix itself; not for people).
+    #[command(hide = true)]
+    Janitor(JanitorArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -308,6 +312,15 @@ pub struct CompareArgs {
     /// For two recordings: one HTML page with both side by side and their differential flame graph.
     #[arg(long, value_name = "PATH")]
     pub html: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct JanitorArgs {
+    /// The target's pid: the directories are removed once it has ended.
+    #[arg(long)]
+    pub target: u32,
+    /// The temporary directories onefix made.
+    pub dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

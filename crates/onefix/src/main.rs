@@ -22,6 +22,7 @@ fn main() -> ExitCode {
         cli::Command::Compare(args) => cmd::compare::run(args),
         cli::Command::Top(args) => cmd::top::run(args),
         cli::Command::Generate(args) => cmd::generate::run(args),
+        cli::Command::Janitor(args) => cmd::janitor::run(args),
     };
     match result {
         Ok(code) => code,

@@ -157,3 +157,47 @@ fn subprocesses_are_sampled_from_their_start() {
         .sum();
     assert!(child >= 80, "a 1 s child was sampled for {} s", child as f64 / 100.0);
 }
+
+#[test]
+fn a_killed_onefix_leaves_no_temporary_directory() {
+    for memory in [false, true] {
+        let s = Scratch::new(&format!("leftovers{memory}"));
+        let prog = grower(&s, 20);
+        let pidfile = s.path("pid");
+        let mut cmd = onefix();
+        cmd.args(["record", "--quiet", "--no-save"]);
+        if memory {
+            cmd.arg("--memory");
+        }
+        let mut profiler = cmd
+            .args(["--", "python3"])
+            .arg(&prog)
+            .arg(&pidfile)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let onefix_pid = profiler.id();
+        let ours = |name: &str| {
+            let prefix = [format!("onefix-asyncio-{onefix_pid}-"), format!("onefix-agent-{onefix_pid}-")];
+            prefix.iter().any(|p| name.starts_with(p.as_str()))
+        };
+        let left = || -> Vec<String> {
+            std::fs::read_dir(std::env::temp_dir()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| ours(n)).collect()
+        };
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(!left().is_empty(), "the recording made its directory (memory: {memory})");
+        profiler.kill().unwrap();
+        profiler.wait().unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        // The target outlives onefix and may still need the directory; once it ends, it goes.
+        assert!(!left().is_empty(), "kept while the target runs (memory: {memory})");
+        // SAFETY: kill(2) on the pid the target wrote.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while !left().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(left().is_empty(), "left behind (memory: {memory}): {:?}", left());
+    }
+}

@@ -73,6 +73,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
     })?;
     let pid = child.id();
+    crate::cmd::janitor::watch(pid, &[tracker.agent_dir()]);
     // The child is reaped below with wait4 (for its peak RSS), not through `child`.
     drop(child);
     let cwd = process::cwd(pid);

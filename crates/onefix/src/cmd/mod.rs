@@ -7,3 +7,4 @@ pub mod record;
 pub mod report;
 pub mod top;
 pub mod generate;
+pub mod janitor;

@@ -450,6 +450,9 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
             })?;
             let pid = c.id();
             child = Some(c);
+            if let Some(channel) = &asyncio_channel {
+                crate::cmd::janitor::watch(pid, &[channel.dir()]);
+            }
             pid
         }
     };

@@ -1,0 +1,76 @@
+//! `onefix janitor` (hidden): removes the temporary directories a recording made (the asyncio
+//! bootstrap, the allocation agent) once both onefix and its target are gone. onefix removes
+//! them itself when it ends; a killed onefix (SIGKILL, an OOM kill, a CI timeout) cannot, and
+//! the target may still need them (a child it execs preloads the agent by its path), so a small
+//! process started beside the target waits for both to end and then removes them.
+
+use std::io::Read;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::cli::JanitorArgs;
+
+/// Starts a janitor for `dirs`, which onefix made, to be removed once onefix and `target` have
+/// both ended. Best effort: without one, only a killed onefix leaves the directories behind.
+pub fn watch(target: u32, dirs: &[&Path]) {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, owned just below.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return;
+    }
+    // SAFETY: both descriptors were just created and are owned by nothing else.
+    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let Ok(exe) = std::env::current_exe() else { return };
+    let mut cmd = Command::new(exe);
+    cmd.arg("janitor").arg("--target").arg(target.to_string()).args(dirs);
+    // Its own process group: a terminal's Ctrl-C is for onefix and the target, not for it.
+    cmd.stdin(Stdio::from(read_end)).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+    if cmd.spawn().is_ok() {
+        // The write end stays open as long as onefix lives: its closing, by exit or by kill,
+        // is what the janitor waits for.
+        std::mem::forget(write_end);
+    }
+}
+
+pub fn run(args: JanitorArgs) -> Result<ExitCode> {
+    // SAFETY: ignoring signals before anything else runs.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+    // Until onefix ends: nothing is ever written, so the read returns at its exit or death.
+    let mut byte = [0u8; 1];
+    let _ = std::io::stdin().read(&mut byte);
+    while alive(args.target) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for dir in &args.dirs {
+        remove_if_made_by_onefix(dir);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_some_and(|st| st != 'Z' && st != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// Removes `dir` only if it is what onefix makes: a directory named `onefix-...` directly in
+/// the temporary directory, owned by this user.
+fn remove_if_made_by_onefix(dir: &PathBuf) {
+    let named = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("onefix-"));
+    let in_temp = dir.parent() == Some(std::env::temp_dir().as_path());
+    // SAFETY: geteuid cannot fail.
+    let ours = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir() && m.uid() == unsafe { libc::geteuid() });
+    if named && in_temp && ours {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
