@@ -56,6 +56,18 @@ pub fn image(pid: u32) -> Option<String> {
     Some(format!("{}\0{}\0{first}\0{stack}", exe.display(), String::from_utf8_lossy(&cmdline)))
 }
 
+/// Whether a thread of `pid` is in uninterruptible sleep (state D): it cannot be stopped by
+/// ptrace until it leaves it.
+pub fn has_uninterruptible_thread(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().any(|t| {
+        fs::read_to_string(t.path().join("stat"))
+            .ok()
+            .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+            == Some('D')
+    })
+}
+
 pub fn cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(

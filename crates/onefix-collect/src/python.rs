@@ -43,6 +43,10 @@ pub struct PythonSampler {
     last_image_check: Instant,
     /// What happened to the processes' images: "pid N exec'd into CMD at T s".
     exec_notes: Vec<String>,
+    /// Paused reads (`native`) skipped because a thread was in uninterruptible sleep, and
+    /// paused reads that took longer than [`PAUSE_LIMIT`].
+    skipped_paused: u64,
+    long_pauses: u64,
     started: Instant,
 }
 
@@ -56,6 +60,8 @@ struct Spy {
     /// The process exec'd into a new image that is not readable yet (an interpreter still
     /// starting): since when, and the new image.
     exec_since: Option<(Instant, String)>,
+    /// After a paused read that took too long, no paused read of this process until then.
+    paused_reads_after: Option<Instant>,
     /// Threads whose latest kept stack had Python frames: an empty stack from one of them is
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
@@ -116,6 +122,8 @@ impl PythonSampler {
             saw_event_loop: false,
             last_image_check: Instant::now(),
             exec_notes: Vec::new(),
+            skipped_paused: 0,
+            long_pauses: 0,
             started: Instant::now(),
         };
         let mut last_error: Option<anyhow::Error>;
@@ -188,9 +196,26 @@ impl PythonSampler {
         }
     }
 
-    /// Sentences about processes that exec'd while sampled.
-    pub fn exec_notes(&self) -> Vec<String> {
-        self.exec_notes.clone()
+    /// Sentences about processes that exec'd while sampled, and about paused reads held back.
+    pub fn sampling_notes(&self) -> Vec<String> {
+        let mut notes = self.exec_notes.clone();
+        if self.long_pauses > 0 {
+            notes.push(format!(
+                "{} paused read{} took longer than {} ms; after each, that process was not read for {} s, so that the pauses stay short",
+                self.long_pauses,
+                if self.long_pauses == 1 { "" } else { "s" },
+                PAUSE_LIMIT.as_millis(),
+                PAUSE_BACKOFF.as_secs()
+            ));
+        }
+        if self.skipped_paused > 0 {
+            notes.push(format!(
+                "{} paused read{} skipped (a thread in uninterruptible sleep, e.g. disk I/O, cannot be stopped, and the others would have waited stopped), or held back after a long one",
+                self.skipped_paused,
+                if self.skipped_paused == 1 { " was" } else { "s were" }
+            ));
+        }
+        notes
     }
 
     /// An exec replaces a process's image under the same pid, and with it every address its
@@ -261,9 +286,14 @@ impl PythonSampler {
 
 impl Spy {
     fn new(pid: u32, spy: PythonSpy) -> Spy {
-        Spy { pid, spy, gone: false, image: process::image(pid), exec_since: None, had_frames: Default::default() }
+        Spy { pid, spy, gone: false, image: process::image(pid), exec_since: None, paused_reads_after: None, had_frames: Default::default() }
     }
 }
+
+/// A paused read (`native`) stops every thread of the target; one that takes longer than this
+/// stalls it noticeably, and the process is then left unpaused for [`PAUSE_BACKOFF`].
+const PAUSE_LIMIT: Duration = Duration::from_millis(50);
+const PAUSE_BACKOFF: Duration = Duration::from_secs(1);
 
 /// How long a process that exec'd is given to become readable Python again.
 const EXEC_PATIENCE: Duration = Duration::from_secs(10);
@@ -346,6 +376,17 @@ impl Sampler for PythonSampler {
         let mut added = 0;
         let mut failed = false;
         for spy in self.spies.iter_mut().filter(|s| !s.gone && s.exec_since.is_none()) {
+            if self.opts.native {
+                // A paused read stops every thread and waits for each to stop. A thread in
+                // uninterruptible sleep (disk or NFS I/O) cannot stop until it leaves it, and
+                // the others would stay stopped meanwhile: skip the read rather than stall.
+                if spy.paused_reads_after.is_some_and(|t| Instant::now() < t) || process::has_uninterruptible_thread(spy.pid) {
+                    self.skipped_paused += 1;
+                    failed = true;
+                    continue;
+                }
+            }
+            let read_started = Instant::now();
             // A non-blocking read tears when the target changes its stack mid-read, which is
             // likeliest in deep, fast-changing (hot) code. Dropping torn reads would bias the
             // shares against exactly that code, so a torn or failed read is retried at once, a
@@ -367,6 +408,10 @@ impl Sampler for PythonSampler {
                     Err(e) if read.is_err() => read = Err(e),
                     Err(_) => {}
                 }
+            }
+            if self.opts.native && read_started.elapsed() > PAUSE_LIMIT {
+                self.long_pauses += 1;
+                spy.paused_reads_after = Some(Instant::now() + PAUSE_BACKOFF);
             }
             match read {
                 Ok(traces) => {

@@ -146,7 +146,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     for warning in sampler.warnings() {
         eprintln!("onefix: {warning}");
     }
-    let mut asyncio_notes = sampler.exec_notes();
+    let mut asyncio_notes = sampler.sampling_notes();
     asyncio_notes.extend(sampler.asyncio_notes(mode));
     drop(sampler);
 
@@ -378,9 +378,9 @@ impl TargetSampler {
     }
 
     /// Processes that exec'd while they were sampled.
-    fn exec_notes(&self) -> Vec<String> {
+    fn sampling_notes(&self) -> Vec<String> {
         match self {
-            TargetSampler::Python { sampler, .. } => sampler.exec_notes(),
+            TargetSampler::Python { sampler, .. } => sampler.sampling_notes(),
             TargetSampler::Native { .. } => Vec::new(),
         }
     }
