@@ -319,6 +319,30 @@ impl Profile {
         }
     }
 
+    /// Moves every path under `from` to the same place under `to` (frames' files, the user's
+    /// code, the working directory): a recording read on another machine or checkout, whose
+    /// sources lie elsewhere.
+    pub fn relocate(&mut self, from: &str, to: &str) {
+        let moved = |p: &str| match p.strip_prefix(from) {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(format!("{to}{rest}")),
+            _ => None,
+        };
+        for frame in &mut self.frames {
+            if let Some(p) = moved(&frame.file) {
+                frame.file = p;
+            }
+        }
+        self.frame_index = self.frames.iter().enumerate().map(|(i, f)| (f.clone(), i as FrameId)).collect();
+        for dir in &mut self.meta.user_code {
+            if let Some(p) = moved(dir) {
+                *dir = p;
+            }
+        }
+        if let Some(p) = self.meta.target.cwd.as_deref().and_then(moved) {
+            self.meta.target.cwd = Some(p);
+        }
+    }
+
     pub fn intern_frame(&mut self, frame: Frame) -> FrameId {
         if let Some(&id) = self.frame_index.get(&frame) {
             return id;

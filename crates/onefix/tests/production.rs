@@ -2,7 +2,7 @@
 //! a CI timeout), and targets that fork children.
 
 mod common;
-use common::{line_of, onefix, Scratch};
+use common::{assert_follows_findings_schema, line_of, onefix, Scratch};
 
 use std::time::Duration;
 
@@ -76,6 +76,7 @@ fn a_forking_target_s_heap_is_its_own_and_its_children_are_told_apart() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_follows_findings_schema(&report);
     let child_line = line_of(&prog, "# CHILD");
     let on_child: Vec<&Value> = report["findings"].as_array().unwrap().iter().filter(|f| f["line"] == child_line).collect();
     assert!(on_child.is_empty(), "20 children each freeing 10 MB at exit retain nothing: {on_child:#?}");
@@ -99,7 +100,9 @@ fn record_json(s: &Scratch, command: &[&str]) -> (Value, String) {
     let json = s.path("r.json");
     let out = onefix().args(["record", "--quiet", "--no-save", "--json"]).arg(&json).arg("--").args(command).current_dir(s.path("")).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(), String::from_utf8_lossy(&out.stdout).into_owned())
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_follows_findings_schema(&report);
+    (report, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 const SECOND: &str = "import time\ndef second_work():\n    return sum(i * i for i in range(5000))  # SECOND\nend = time.time() + 2\nwhile time.time() < end:\n    second_work()\n";

@@ -4,7 +4,7 @@
 //! their speedscope files through speedscope's schema; HTML reports in headless chromium.
 
 mod common;
-use common::{Scratch, compile_c, onefix};
+use common::{Scratch, assert_follows_findings_schema, compile_c, onefix};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -147,6 +147,7 @@ fn pprof_of_a_python_recording_is_read_by_go_tool_pprof_with_the_same_top_lines(
     std::fs::write(&prog, TWO_PY).unwrap();
     let report = record_with_pprof(&s, &["--mode", "cpu", "--rate", "200"], &[Path::new("python3"), &prog]);
     assert_eq!(report["findings"][0]["function"], "heavy", "{report:#}");
+    assert_follows_findings_schema(&report);
     pprof_agrees_with_the_summary(&s, &report);
     speedscope_follows_its_schema(&s);
 }
@@ -181,6 +182,7 @@ fn pprof_of_a_native_recording_is_read_by_go_tool_pprof_with_the_same_top_lines(
     let report = record_with_pprof(&s, &["--mode", "cpu", "--rate", "999"], &[&exe]);
     assert_eq!(report["target"]["language"], "native");
     assert_eq!(report["findings"][0]["function"], "heavy", "{report:#}");
+    assert_follows_findings_schema(&report);
     pprof_agrees_with_the_summary(&s, &report);
     speedscope_follows_its_schema(&s);
 }

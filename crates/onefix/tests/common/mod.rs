@@ -62,3 +62,13 @@ pub fn compile_c(s: &Scratch, name: &str, source: &str, flags: &[&str]) -> PathB
     assert!(ok.success(), "cc failed on {}", src.display());
     exe
 }
+
+/// A findings report (`--json`) validates against the committed contract,
+/// crates/onefix-report/schema/findings.schema.json.
+pub fn assert_follows_findings_schema(report: &serde_json::Value) {
+    let path = repo().join("crates/onefix-report/schema/findings.schema.json");
+    let schema: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(report).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{}\n{report:#}", errors.join("\n"));
+}
