@@ -45,7 +45,7 @@ FLAGS = {
     "--json": (True, lambda b: json.loads(b)["tool"] == "onefix"),
     "--flamegraph": (True, lambda b: b"<svg" in b[:400]),
     "--speedscope": (True, lambda b: "speedscope" in json.loads(b)["$schema"]),
-    "--folded": (True, lambda b: b"job.py" in b and b";" in b),
+    "--folded": (True, lambda b: b.endswith(b"\n") and all(l.rsplit(b" ", 1)[1].isdigit() for l in b.splitlines())),
     "--pprof": (False, lambda b: len(gzip.decompress(b)) > 0),
     "--html": (True, lambda b: b"<html" in b[:400].lower()),
 }

@@ -204,3 +204,19 @@ fn a_killed_onefix_leaves_no_temporary_directory() {
         assert!(left().is_empty(), "left behind (memory: {memory}): {:?}", left());
     }
 }
+
+#[test]
+fn a_program_that_fails_before_its_own_code_runs_is_not_a_profile() {
+    let s = Scratch::new("syntax");
+    let prog = program(&s, "broken.py", "import time\ndef handler(:\n    time.sleep(1)\n");
+    let out = onefix().args(["record", "--quiet", "--no-save", "--", "python3"]).arg(&prog).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    // Either no read came before the exit (2), or the few that did saw no line of its own (1).
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{err}");
+    assert!(err.contains("SyntaxError"), "the program's own message stays visible: {err}");
+    assert!(
+        err.contains("before a sample landed in your code") || err.contains("exited before the first read"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("#1 "), "no finding");
+}

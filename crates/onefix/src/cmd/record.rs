@@ -251,6 +251,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         Some(TargetExit::Signal(sig)) if outcome.reason == StopReason::TargetExited && !asked_to_stop && sig != libc::SIGINT => Some(sig),
         _ => None,
     };
+    // A program that failed before any of its own lines was sampled (a syntax error, an
+    // import error, a missing argument) has nothing to profile: say that, not "no finding".
+    if let (Some(TargetExit::Code(code)), StopReason::TargetExited) = (&profile.meta.exit, outcome.reason) {
+        if *code != 0 && diagnosis.hot_lines.is_empty() {
+            let name = argv_name(&args.command);
+            eprintln!(
+                "onefix: {name} exited with status {code} after {:.2} s, before a sample landed in your code (its own messages are above)",
+                elapsed_us as f64 / 1e6
+            );
+            return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+        }
+    }
     if let Some(sig) = crashed {
         // The target's crash is not onefix's, but the run did not end as asked: say so, with
         // where what was recorded until then lies, and exit non-zero for scripts.
@@ -272,6 +284,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         _ => {}
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The command as people typed it, for messages: `python3 app.py`, or the pid attached to.
+fn argv_name(command: &[String]) -> String {
+    if command.is_empty() {
+        return "the target".into();
+    }
+    command.iter().take(2).cloned().collect::<Vec<_>>().join(" ")
 }
 
 /// The recording's destination in words, for messages.
