@@ -20,7 +20,8 @@ pub enum CollectError {
 pub fn ptrace_advice(pid: u32) -> String {
     let euid = process_euid();
     let owner = std::fs::metadata(format!("/proc/{pid}")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok();
-    let yama = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok());
+    let yama =
+        std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok().and_then(|s| s.trim().parse::<u32>().ok());
     advice_for(euid, owner, yama, has_cap_sys_ptrace())
 }
 
@@ -50,7 +51,9 @@ fn process_euid() -> u32 {
 fn has_cap_sys_ptrace() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok()))
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
         .is_some_and(|caps| caps & (1 << 19) != 0)
 }
 

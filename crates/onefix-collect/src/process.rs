@@ -38,9 +38,7 @@ pub fn exe(pid: u32) -> String {
 }
 
 pub fn cwd(pid: u32) -> Option<String> {
-    fs::read_link(format!("/proc/{pid}/cwd"))
-        .ok()
-        .map(|p| p.display().to_string())
+    fs::read_link(format!("/proc/{pid}/cwd")).ok().map(|p| p.display().to_string())
 }
 
 /// What identifies the program image a process runs, which an exec replaces under the same
@@ -103,7 +101,12 @@ pub fn descendants(root: u32) -> Vec<u32> {
             if let Ok(tasks) = fs::read_dir(format!("/proc/{p}/task")) {
                 for task in tasks.flatten() {
                     let Ok(list) = fs::read_to_string(task.path().join("children")) else { continue };
-                    found.extend(list.split_ascii_whitespace().filter_map(|c| c.parse::<u32>().ok()).filter(|c| !found.contains(c)).collect::<Vec<_>>());
+                    found.extend(
+                        list.split_ascii_whitespace()
+                            .filter_map(|c| c.parse::<u32>().ok())
+                            .filter(|c| !found.contains(c))
+                            .collect::<Vec<_>>(),
+                    );
                 }
             }
             i += 1;
@@ -148,7 +151,8 @@ pub fn release_traced_threads(pid: u32) -> usize {
     for task in tasks.flatten() {
         let Some(tid) = task.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(status) = fs::read_to_string(task.path().join("status")) else { continue };
-        let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok());
+        let tracer =
+            status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<u32>().ok());
         if tracer == Some(me) {
             // SAFETY: PTRACE_DETACH of a thread this thread traces; it fails harmlessly (ESRCH)
             // when the thread is not in a stop yet, and is retried at the next call.

@@ -152,7 +152,10 @@ impl PythonSampler {
             }
             // Once exec is long done, a process that is no interpreter will not become one
             // (launchers such as pyenv's shims are shell scripts that exec Python later).
-            if !sampler.opts.subprocesses && started.elapsed() > Duration::from_secs(3) && !process::looks_like_python(pid) {
+            if !sampler.opts.subprocesses
+                && started.elapsed() > Duration::from_secs(3)
+                && !process::looks_like_python(pid)
+            {
                 return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -243,10 +246,15 @@ impl PythonSampler {
             let (since, command) = self.spies[i].exec_since.clone().expect("set above");
             match self.open(pid) {
                 Ok(spy) => {
-                    self.exec_notes.push(format!("pid {pid} exec'd into `{command}` at {elapsed:.1} s; sampling went on in the new program"));
+                    self.exec_notes.push(format!(
+                        "pid {pid} exec'd into `{command}` at {elapsed:.1} s; sampling went on in the new program"
+                    ));
                     self.spies[i] = Spy::new(pid, spy);
                 }
-                Err(_) if since.elapsed() >= EXEC_PATIENCE || !process::looks_like_python(pid) && since.elapsed() >= Duration::from_secs(1) => {
+                Err(_)
+                    if since.elapsed() >= EXEC_PATIENCE
+                        || !process::looks_like_python(pid) && since.elapsed() >= Duration::from_secs(1) =>
+                {
                     self.exec_notes.push(format!(
                         "pid {pid} exec'd into `{command}` at {elapsed:.1} s, which onefix cannot read as Python; it was not sampled after that (profile it with its own onefix record)"
                     ));
@@ -286,7 +294,15 @@ impl PythonSampler {
 
 impl Spy {
     fn new(pid: u32, spy: PythonSpy) -> Spy {
-        Spy { pid, spy, gone: false, image: process::image(pid), exec_since: None, paused_reads_after: None, had_frames: Default::default() }
+        Spy {
+            pid,
+            spy,
+            gone: false,
+            image: process::image(pid),
+            exec_since: None,
+            paused_reads_after: None,
+            had_frames: Default::default(),
+        }
     }
 }
 
@@ -305,14 +321,20 @@ fn thread_key(trace: &StackTrace) -> u64 {
 /// A Python stack whose outermost frame cannot start a thread was torn by the target moving on
 /// while it was read (see [`Frame::can_start_stack`]).
 fn looks_torn(trace: &StackTrace) -> bool {
-    trace.frames.last().is_some_and(|outer| outer.module.is_none() && !python_frame_can_start_stack(&outer.name, &outer.filename))
+    trace
+        .frames
+        .last()
+        .is_some_and(|outer| outer.module.is_none() && !python_frame_can_start_stack(&outer.name, &outer.filename))
 }
 
 /// Whether a stack is an asyncio event loop waiting in its selector.
 fn loop_waiting(trace: &StackTrace) -> bool {
     !trace.active
         && trace.frames.first().is_some_and(|f| f.filename.ends_with("/selectors.py"))
-        && trace.frames.iter().any(|f| crate::asyncio::named(&f.name, "run_forever") && f.filename.ends_with("/asyncio/base_events.py"))
+        && trace
+            .frames
+            .iter()
+            .any(|f| crate::asyncio::named(&f.name, "run_forever") && f.filename.ends_with("/asyncio/base_events.py"))
 }
 
 fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, asyncio: Option<&mut AsyncioTasks>) {
@@ -380,7 +402,9 @@ impl Sampler for PythonSampler {
                 // A paused read stops every thread and waits for each to stop. A thread in
                 // uninterruptible sleep (disk or NFS I/O) cannot stop until it leaves it, and
                 // the others would stay stopped meanwhile: skip the read rather than stall.
-                if spy.paused_reads_after.is_some_and(|t| Instant::now() < t) || process::has_uninterruptible_thread(spy.pid) {
+                if spy.paused_reads_after.is_some_and(|t| Instant::now() < t)
+                    || process::has_uninterruptible_thread(spy.pid)
+                {
                     self.skipped_paused += 1;
                     failed = true;
                     continue;

@@ -104,7 +104,13 @@ mod tests {
         let f = p.intern_frame(Frame::python("work", "/app/a.py", 3));
         let s = p.intern_stack([f]);
         for i in 0..n {
-            p.samples.push(Sample { time_us: i as u64 * 1000, thread: t, stack: s, state: ThreadState::new(true, true), weight: 1 });
+            p.samples.push(Sample {
+                time_us: i as u64 * 1000,
+                thread: t,
+                stack: s,
+                state: ThreadState::new(true, true),
+                weight: 1,
+            });
         }
         p
     }

@@ -30,7 +30,14 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Options {
-        Options { mode: Mode::Wall, min_share: 0.05, max_findings: 5, max_hot_lines: 12, min_recurrence: 0.3, cpus: None }
+        Options {
+            mode: Mode::Wall,
+            min_share: 0.05,
+            max_findings: 5,
+            max_hot_lines: 12,
+            min_recurrence: 0.3,
+            cpus: None,
+        }
     }
 }
 
@@ -215,12 +222,9 @@ impl Engine<'_> {
         let frontier = frontier_at.map(|i| leaf_first[i]);
         let beneath: Vec<FrameId> = leaf_first[..frontier_at.unwrap_or(leaf_first.len())].to_vec();
         let callers: Vec<FrameId> = match frontier_at {
-            Some(i) => leaf_first[i + 1..]
-                .iter()
-                .copied()
-                .filter(|&f| self.frame(f).origin == Origin::User)
-                .take(3)
-                .collect(),
+            Some(i) => {
+                leaf_first[i + 1..].iter().copied().filter(|&f| self.frame(f).origin == Origin::User).take(3).collect()
+            }
             None => Vec::new(),
         };
         let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
@@ -233,7 +237,10 @@ impl Engine<'_> {
         // a channel receive) is parked; the entry is matched on the function the line calls.
         // A leaf the sampler added to say what the thread waits for (a client's next request).
         if idle.is_none() && innermost_python.is_none() {
-            idle = leaf_first.first().filter(|&&f| self.profile.frame(f).function == onefix_model::INBOUND_WAIT_FRAME).and_then(|&f| self.frame(f).idle.map(|e| (e, 0)));
+            idle = leaf_first
+                .first()
+                .filter(|&&f| self.profile.frame(f).function == onefix_model::INBOUND_WAIT_FRAME)
+                .and_then(|&f| self.frame(f).idle.map(|e| (e, 0)));
         }
         if idle.is_none() && innermost_python.is_none() {
             idle = beneath.last().and_then(|&called| {
@@ -294,7 +301,18 @@ impl Engine<'_> {
             let f = self.profile.frame(root);
             f.kind == FrameKind::Native && !onefix_model::native_frame_can_start_stack(&f.function)
         });
-        self.stack_facts.push(StackFacts { callers, beneath, idle, truncated, cost, line, waiting_call, importing, leaf, cut_short });
+        self.stack_facts.push(StackFacts {
+            callers,
+            beneath,
+            idle,
+            truncated,
+            cost,
+            line,
+            waiting_call,
+            importing,
+            leaf,
+            cut_short,
+        });
         self.stacks[id as usize] = Some(i as u32);
         Some(i)
     }
@@ -319,12 +337,16 @@ impl Engine<'_> {
         let lock = profile.frame(self.lines[l].frame);
         let path = self.user.resolve(&lock.file)?;
         let (first, last) = self.source.held_block(&path, lock.line)?;
-        let inside = |f: &onefix_model::Frame| f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line);
+        let inside = |f: &onefix_model::Frame| {
+            f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
+        };
         let mut in_block: HashMap<StackId, bool> = HashMap::new();
         let mut by_line: HashMap<usize, u64> = HashMap::new();
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let Some(stack) = s.stack else { continue };
-            let held = *in_block.entry(stack).or_insert_with(|| profile.stack_frames_leaf_first(Some(stack)).any(|f| inside(profile.frame(f))));
+            let held = *in_block
+                .entry(stack)
+                .or_insert_with(|| profile.stack_frames_leaf_first(Some(stack)).any(|f| inside(profile.frame(f))));
             if !held || self.parked(Some(stack)).is_some() {
                 continue;
             }
@@ -369,7 +391,15 @@ impl Engine<'_> {
 
     /// Charges a read that was left out at first (torn or empty) to `line` through `stack`,
     /// and counts it in the busy time; gives its weight.
-    fn place(&mut self, s: &Sample, line: usize, stack: StackId, (window_us, nwindows): (u64, usize), busy_timeline: &mut Vec<(u64, u64, u64)>, active_windows: &mut [bool]) -> u64 {
+    fn place(
+        &mut self,
+        s: &Sample,
+        line: usize,
+        stack: StackId,
+        (window_us, nwindows): (u64, usize),
+        busy_timeline: &mut Vec<(u64, u64, u64)>,
+        active_windows: &mut [bool],
+    ) -> u64 {
         let w = s.weight as u64;
         let running = self.running(s);
         busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
@@ -388,7 +418,9 @@ impl Engine<'_> {
         let mut by_line: HashMap<usize, (u64, StackId, u64)> = HashMap::new();
         let mut total = 0u64;
         for (&stack, &w) in stacks {
-            let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) else { return SoleLine::Split };
+            let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) else {
+                return SoleLine::Split;
+            };
             total += w;
             let e = by_line.entry(line).or_insert((0, stack, 0));
             e.0 += w;
@@ -482,10 +514,15 @@ impl Engine<'_> {
             }
         }
         let works: Vec<bool> = (0..nthreads)
-            .map(|t| thread_total[t] > 0 && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64)
+            .map(|t| {
+                thread_total[t] > 0
+                    && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64
+            })
             .collect();
         // A watchdog or a flusher sleeping beside threads that do the work is not their cost.
-        let on_timer: Vec<bool> = (0..nthreads).map(|t| thread_total[t] > 0 && thread_on_timer[t] as f64 >= TIMER_THREAD * thread_total[t] as f64).collect();
+        let on_timer: Vec<bool> = (0..nthreads)
+            .map(|t| thread_total[t] > 0 && thread_on_timer[t] as f64 >= TIMER_THREAD * thread_total[t] as f64)
+            .collect();
         let background: Vec<bool> =
             (0..nthreads).map(|t| on_timer[t] && (0..nthreads).any(|o| o != t && works[o] && !on_timer[o])).collect();
 
@@ -588,7 +625,9 @@ impl Engine<'_> {
                     chosen
                 }
             });
-            let Some((stack, line)) = stack.and_then(|st| Some((st, self.stack(Some(st)).and_then(|i| self.stack_facts[i].line)?))) else {
+            let Some((stack, line)) =
+                stack.and_then(|st| Some((st, self.stack(Some(st)).and_then(|i| self.stack_facts[i].line)?)))
+            else {
                 still_unplaced.push(s);
                 continue;
             };
@@ -606,7 +645,10 @@ impl Engine<'_> {
         let mut bracketed = 0u64;
         for s in still_unplaced {
             let from = placed.partition_point(|&(thread, t, _, _)| (thread, t) <= (s.thread, s.time_us));
-            let (Some(before), Some(after)) = (from.checked_sub(1).map(|i| placed[i]), placed.get(from).copied()) else { continue };
+            let (Some(before), Some(after)) = (from.checked_sub(1).map(|i| placed[i]), placed.get(from).copied())
+            else {
+                continue;
+            };
             if before.0 != s.thread || after.0 != s.thread || before.2 != after.2 || after.1 - before.1 > BRACKET_US {
                 continue;
             }
@@ -671,9 +713,15 @@ impl Engine<'_> {
                 busy_weight as f64 * 100.0 / ticks as f64
             ));
         }
-        let too_few = matches!(profile.meta.weight_unit, WeightUnit::Samples { .. }) && busy_weight < MIN_BUSY_SAMPLES && !mostly_waiting;
+        let too_few = matches!(profile.meta.weight_unit, WeightUnit::Samples { .. })
+            && busy_weight < MIN_BUSY_SAMPLES
+            && !mostly_waiting;
         if too_few {
-            let idle = if total_weight > 0 { format!(", idle {:.1}% of the time", idle_weight as f64 * 100.0 / total_weight as f64) } else { String::new() };
+            let idle = if total_weight > 0 {
+                format!(", idle {:.1}% of the time", idle_weight as f64 * 100.0 / total_weight as f64)
+            } else {
+                String::new()
+            };
             notes.push(format!(
                 "too few busy samples ({busy_weight} of {total_weight}{idle}) to name a line: at least {MIN_BUSY_SAMPLES} are needed; drive it with --load, or record longer or at a higher --rate"
             ));
@@ -724,7 +772,15 @@ impl Engine<'_> {
                         f.line,
                         code
                     );
-                    finding.evidence.insert(0, Evidence { frame: format!("{code} (while the lock is held)"), file: f.file.clone(), line: f.line, share: share(w) });
+                    finding.evidence.insert(
+                        0,
+                        Evidence {
+                            frame: format!("{code} (while the lock is held)"),
+                            file: f.file.clone(),
+                            line: f.line,
+                            share: share(w),
+                        },
+                    );
                     finding.evidence.truncate(6);
                 }
             }
@@ -851,7 +907,11 @@ impl Engine<'_> {
                 c != i
                     && findings[i].enclosing_loop.is_some()
                     && findings[c].enclosing_loop == findings[i].enclosing_loop
-                    && self.kb.entries.iter().any(|e| e.spec.id == findings[c].rule && e.spec.also_causes.contains(&findings[i].rule))
+                    && self
+                        .kb
+                        .entries
+                        .iter()
+                        .any(|e| e.spec.id == findings[c].rule && e.spec.also_causes.contains(&findings[i].rule))
             });
             let Some(c) = cause else {
                 i += 1;
@@ -867,8 +927,21 @@ impl Engine<'_> {
                 _ => None,
             };
             target.bound_weight = target.bound_weight.max(effect.bound_weight);
-            let effect_what = self.kb.entries.iter().find(|e| e.spec.id == effect.rule).map(|e| e.spec.what.as_str()).unwrap_or("its cost");
-            target.why = format!("{}; the same cause means {} at {}:{} ({:.0}%)", target.why, effect_what, short(&effect.file), effect.line, effect.share * 100.0);
+            let effect_what = self
+                .kb
+                .entries
+                .iter()
+                .find(|e| e.spec.id == effect.rule)
+                .map(|e| e.spec.what.as_str())
+                .unwrap_or("its cost");
+            target.why = format!(
+                "{}; the same cause means {} at {}:{} ({:.0}%)",
+                target.why,
+                effect_what,
+                short(&effect.file),
+                effect.line,
+                effect.share * 100.0
+            );
             target.evidence.extend(effect.evidence);
             target.evidence.truncate(6);
             i = 0;
@@ -890,7 +963,14 @@ impl Engine<'_> {
     /// thread state and self time show.
     /// `stretch` is the part of the run between the line's first and last sighting: the part
     /// that repeats it, from which the gain bound is computed.
-    fn explain(&mut self, l: usize, recurrence: f64, stretch: &Stretch, share: &dyn Fn(u64) -> f64, opts: &Options) -> Finding {
+    fn explain(
+        &mut self,
+        l: usize,
+        recurrence: f64,
+        stretch: &Stretch,
+        share: &dyn Fn(u64) -> f64,
+        opts: &Options,
+    ) -> Finding {
         let profile = self.profile;
         let mode = opts.mode;
         let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
@@ -1053,7 +1133,8 @@ impl Engine<'_> {
         };
 
         // Serial waits are fixed at the loop that issues them, which may be in a caller.
-        let (mut file, mut line, mut function, mut code) = (frame.file.clone(), frame.line, frame.function.clone(), self.code(&frame.file, frame.line));
+        let (mut file, mut line, mut function, mut code) =
+            (frame.file.clone(), frame.line, frame.function.clone(), self.code(&frame.file, frame.line));
 
         // Time inside a method of an object built a few lines above, in the same function, by a
         // known set-up call is that set-up's cost paid lazily (a database connection reads its
@@ -1078,8 +1159,16 @@ impl Engine<'_> {
                     why = format!("{:.1} waits are in flight at once here (mean over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", mean, IN_FLIGHT_WINDOW_US / 1000, peak);
                     fix = "the waits already overlap: make each shorter (a closer or faster service, smaller replies, a cache) or issue fewer of them".to_owned();
                 } else {
-                    why = format!("{why}; one wait in flight at a time (mean {mean:.1} over {} ms windows, at most {peak:.1})", IN_FLIGHT_WINDOW_US / 1000);
-                    evidence.push(Evidence { frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"), file: String::new(), line: 0, share: line_share });
+                    why = format!(
+                        "{why}; one wait in flight at a time (mean {mean:.1} over {} ms windows, at most {peak:.1})",
+                        IN_FLIGHT_WINDOW_US / 1000
+                    );
+                    evidence.push(Evidence {
+                        frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"),
+                        file: String::new(),
+                        line: 0,
+                        share: line_share,
+                    });
                 }
             }
         }
@@ -1087,13 +1176,19 @@ impl Engine<'_> {
         if kind == "hot-call" || kind == "n-plus-one-query" {
             if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
                 let spec = &self.kb.entries[e as usize].spec;
-                evidence.insert(0, Evidence {
-                    frame: format!("{} (first use)", code.clone().unwrap_or_default()),
-                    file: file.clone(),
-                    line,
-                    share: line_share,
-                });
-                why = format!("{}; the set-up is finished lazily, so its cost shows at the first use on line {}", spec.why, frame.line);
+                evidence.insert(
+                    0,
+                    Evidence {
+                        frame: format!("{} (first use)", code.clone().unwrap_or_default()),
+                        file: file.clone(),
+                        line,
+                        share: line_share,
+                    },
+                );
+                why = format!(
+                    "{}; the set-up is finished lazily, so its cost shows at the first use on line {}",
+                    spec.why, frame.line
+                );
                 (kind, rule, fix) = (spec.kind.clone(), spec.id.clone(), spec.fix_for(frame.kind).to_owned());
                 line = made_at;
                 code = Some(made_code);
@@ -1111,12 +1206,18 @@ impl Engine<'_> {
         if kind == "serial-io" {
             if let Some((owner, loop_line)) = enclosing {
                 let owner = profile.frame(owner).clone();
-                evidence.insert(0, Evidence {
-                    frame: format!("{} (the call that waits)", code.clone().unwrap_or_else(|| frame.function.clone())),
-                    file: file.clone(),
-                    line,
-                    share: line_share,
-                });
+                evidence.insert(
+                    0,
+                    Evidence {
+                        frame: format!(
+                            "{} (the call that waits)",
+                            code.clone().unwrap_or_else(|| frame.function.clone())
+                        ),
+                        file: file.clone(),
+                        line,
+                        share: line_share,
+                    },
+                );
                 file = owner.file.clone();
                 line = loop_line;
                 function = owner.function.clone();
@@ -1187,7 +1288,8 @@ impl Engine<'_> {
     /// `obj` with a call a set-up entry knows, and that entry.
     fn lazy_setup(&mut self, file: &str, line: u32, called: &[String]) -> Option<(u32, String, u16)> {
         let path = self.user.resolve(file)?;
-        let receiver = called.iter().find_map(|c| c.rsplit_once('.').map(|(r, _)| r.trim_start_matches("self.").to_owned()))?;
+        let receiver =
+            called.iter().find_map(|c| c.rsplit_once('.').map(|(r, _)| r.trim_start_matches("self.").to_owned()))?;
         let (made_at, made_code) = self.source.assignment_of(&path, line, &receiver)?;
         let names = called_names(&made_code);
         let entry = self.kb.entries.iter().position(|e| {
@@ -1207,7 +1309,11 @@ impl Engine<'_> {
         let window_weight = IN_FLIGHT_WINDOW_US as f64 / 1e6 / self.profile.seconds_per_weight()?;
         let windows = &self.lines[l].blocked_windows;
         let (first, last) = (*windows.keys().min()?, *windows.keys().max()?);
-        let counts: Vec<f64> = windows.iter().filter(|(&k, _)| last - first < 3 || (k != first && k != last)).map(|(_, (w, threads))| (*w as f64 / window_weight).min(threads.len() as f64)).collect();
+        let counts: Vec<f64> = windows
+            .iter()
+            .filter(|(&k, _)| last - first < 3 || (k != first && k != last))
+            .map(|(_, (w, threads))| (*w as f64 / window_weight).min(threads.len() as f64))
+            .collect();
         let peak = counts.iter().copied().fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))?;
         Some((counts.iter().sum::<f64>() / counts.len() as f64, peak))
     }
@@ -1231,7 +1337,12 @@ fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl Fn(&str) -
     while i < findings.len() {
         let same = (0..i).find(|&k| {
             let (a, b) = (&findings[k], &findings[i]);
-            a.file == b.file && a.function == b.function && a.rule == b.rule && a.line != b.line && b.kind != "serial-io" && is_entry(&a.rule)
+            a.file == b.file
+                && a.function == b.function
+                && a.rule == b.rule
+                && a.line != b.line
+                && b.kind != "serial-io"
+                && is_entry(&a.rule)
         });
         let Some(k) = same else {
             i += 1;
@@ -1291,9 +1402,16 @@ mod tests {
         }
         fn add(&mut self, tid: u64, ms: u64, active: bool, stack: &[(&str, &str, u32)]) {
             let t = self.p.intern_thread(1, tid, None);
-            let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| self.p.intern_frame(Frame::python(f, file, line))).collect();
+            let ids: Vec<FrameId> =
+                stack.iter().map(|&(f, file, line)| self.p.intern_frame(Frame::python(f, file, line))).collect();
             let s = self.p.intern_stack(ids);
-            self.p.samples.push(Sample { time_us: ms * 1000, thread: t, stack: s, state: ThreadState::new(active, active), weight: 1 });
+            self.p.samples.push(Sample {
+                time_us: ms * 1000,
+                thread: t,
+                stack: s,
+                state: ThreadState::new(active, active),
+                weight: 1,
+            });
         }
         fn diagnose(&self, dir: &str) -> Diagnosis {
             let user = UserCode::new([dir], Some(Path::new(dir)));
@@ -1340,7 +1458,12 @@ mod tests {
             let mut b = Builder::new();
             for ms in 0..100u64 {
                 if ms % 5 == 0 {
-                    b.add(1, ms * 10, true, &[("<module>", &app, 9), ("stamp", &app, line), ("Random.randrange", &random, 301)]);
+                    b.add(
+                        1,
+                        ms * 10,
+                        true,
+                        &[("<module>", &app, 9), ("stamp", &app, line), ("Random.randrange", &random, 301)],
+                    );
                 } else {
                     b.add(1, ms * 10, true, &[("<module>", &app, 9), ("stamp", &app, line)]);
                 }
@@ -1359,7 +1482,8 @@ mod tests {
 
     #[test]
     fn one_entry_at_several_lines_of_a_function_is_one_finding_at_its_first_line() {
-        let (dir, app) = write_app("one-function", "def log(line):\n    f = open_log()\n    f.write(line)\n    close_log(f)\n");
+        let (dir, app) =
+            write_app("one-function", "def log(line):\n    f = open_log()\n    f.write(line)\n    close_log(f)\n");
         let yaml = format!("{SITE}/yaml/__init__.py");
         let mut b = Builder::new();
         for ms in 0..100u64 {
@@ -1369,7 +1493,8 @@ mod tests {
                 4..=6 => 4,
                 _ => 3,
             };
-            let stack: Vec<(&str, &str, u32)> = if line == 3 { vec![("log", &app, 3)] } else { vec![("log", &app, line), ("safe_load", &yaml, 125)] };
+            let stack: Vec<(&str, &str, u32)> =
+                if line == 3 { vec![("log", &app, 3)] } else { vec![("log", &app, line), ("safe_load", &yaml, 125)] };
             b.add(1, ms * 10, true, &stack);
         }
         let d = b.diagnose(dir.to_str().unwrap());
@@ -1390,18 +1515,25 @@ mod tests {
         for ms in 0..100u64 {
             // The library function is read at a different line of its own half of the time.
             let at = if ms % 2 == 0 { 500 } else { 530 };
-            b.add(1, ms * 10, true, &[("<module>", "/app/main.py", 3), ("parse_rows", "/app/main.py", 12), ("_strptime", &strptime, at)]);
+            b.add(
+                1,
+                ms * 10,
+                true,
+                &[("<module>", "/app/main.py", 3), ("parse_rows", "/app/main.py", 12), ("_strptime", &strptime, at)],
+            );
         }
         let d = b.diagnose("/app");
         let f = &d.findings[0];
-        let e = f.evidence.iter().find(|e| e.frame.ends_with("_strptime")).unwrap_or_else(|| panic!("{:?}", f.evidence));
+        let e =
+            f.evidence.iter().find(|e| e.frame.ends_with("_strptime")).unwrap_or_else(|| panic!("{:?}", f.evidence));
         assert!((e.share - 1.0).abs() < 1e-9, "{:?}", f.evidence);
         assert!(f.why.contains("_strptime"), "{}", f.why);
     }
 
     #[test]
     fn a_torn_read_goes_to_the_one_line_its_innermost_frame_is_seen_under() {
-        let gen = ("GenerateSchema.walk", "/venv/lib/python3.11/site-packages/pydantic/_internal/_generate_schema.py", 700);
+        let gen =
+            ("GenerateSchema.walk", "/venv/lib/python3.11/site-packages/pydantic/_internal/_generate_schema.py", 700);
         let dumps = ("encode", "/usr/lib/python3.11/json/encoder.py", 200);
         let mut b = Builder::new();
         for ms in 0..100 {
@@ -1452,7 +1584,12 @@ mod tests {
         ];
         for (i, leaf) in torn.iter().enumerate() {
             for k in 0..5u64 {
-                b.add(1, 10_000 + (i as u64 * 5 + k) * 1000, true, &[("GenerateJsonSchema.generate", schema, 500), *leaf]);
+                b.add(
+                    1,
+                    10_000 + (i as u64 * 5 + k) * 1000,
+                    true,
+                    &[("GenerateJsonSchema.generate", schema, 500), *leaf],
+                );
             }
         }
         let d = b.diagnose("/app");
@@ -1467,7 +1604,13 @@ mod tests {
         let mut b = Builder::new();
         let empty = |b: &mut Builder, ms: u64| {
             let t = b.p.intern_thread(1, 1, None);
-            b.p.samples.push(Sample { time_us: ms * 1000, thread: t, stack: None, state: ThreadState::new(true, true), weight: 1 });
+            b.p.samples.push(Sample {
+                time_us: ms * 1000,
+                thread: t,
+                stack: None,
+                state: ThreadState::new(true, true),
+                weight: 1,
+            });
         };
         for ms in 0..100u64 {
             let line = if ms < 50 { 12 } else { 14 };
@@ -1486,7 +1629,11 @@ mod tests {
         let at = |line: u32| d.hot_lines.iter().find(|h| h.line == line).unwrap().weight;
         assert_eq!((at(12), at(14)), (51, 51), "{:?}", d.hot_lines);
         assert_eq!(d.busy_weight, 102);
-        assert!(d.notes.iter().any(|n| n.contains("read empty or torn and charged to the line their thread was read in")), "{:?}", d.notes);
+        assert!(
+            d.notes.iter().any(|n| n.contains("read empty or torn and charged to the line their thread was read in")),
+            "{:?}",
+            d.notes
+        );
     }
 
     #[test]
@@ -1501,7 +1648,11 @@ mod tests {
         };
         let few = diagnose(MIN_BUSY_SAMPLES - 1);
         assert!(few.findings.is_empty(), "{few:#?}");
-        assert!(few.notes.iter().any(|n| n.contains("too few busy samples (39 of 39") && n.contains("--load")), "{:?}", few.notes);
+        assert!(
+            few.notes.iter().any(|n| n.contains("too few busy samples (39 of 39") && n.contains("--load")),
+            "{:?}",
+            few.notes
+        );
         let enough = diagnose(MIN_BUSY_SAMPLES);
         assert_eq!(enough.findings.first().map(|f| f.line), Some(57), "{enough:#?}");
         assert!(!enough.notes.iter().any(|n| n.contains("too few")));
@@ -1520,7 +1671,11 @@ mod tests {
             } else {
                 stack.push(("build", "/app/main.py", 9));
             }
-            stack.push(("GenerateSchema.generate_schema", "/venv/lib/python3.11/site-packages/pydantic/_internal/_generate_schema.py", 400));
+            stack.push((
+                "GenerateSchema.generate_schema",
+                "/venv/lib/python3.11/site-packages/pydantic/_internal/_generate_schema.py",
+                400,
+            ));
             stack
         };
         for (top, finding) in [("imported", false), ("called", true)] {
@@ -1544,7 +1699,11 @@ mod tests {
         // On a busy machine a thread just woken from a socket read is runnable but not yet
         // running: its stack is still in the read. That is not CPU time.
         let mut b = Builder::new();
-        let read = [("<module>", "/app/main.py", 5), ("fetch", "/app/main.py", 9), ("SocketIO.readinto", &format!("{LIB}/socket.py") as &str, 707)];
+        let read = [
+            ("<module>", "/app/main.py", 5),
+            ("fetch", "/app/main.py", 9),
+            ("SocketIO.readinto", &format!("{LIB}/socket.py") as &str, 707),
+        ];
         for ms in 0..100 {
             b.add(1, ms * 10, ms % 10 == 0, &read);
         }
@@ -1566,7 +1725,16 @@ mod tests {
         for ms in 0..500 {
             b.add(1, ms * 10, true, &[("work", "/app/w.py", 3)]);
             for tid in 2..6 {
-                b.add(tid, ms * 10, false, &[("_bootstrap", &format!("{LIB}/threading.py"), 995), ("get", &format!("{LIB}/queue.py"), 171), ("wait", &format!("{LIB}/threading.py"), 320)]);
+                b.add(
+                    tid,
+                    ms * 10,
+                    false,
+                    &[
+                        ("_bootstrap", &format!("{LIB}/threading.py"), 995),
+                        ("get", &format!("{LIB}/queue.py"), 171),
+                        ("wait", &format!("{LIB}/threading.py"), 320),
+                    ],
+                );
             }
         }
         let d = b.diagnose("/app");
@@ -1597,7 +1765,11 @@ mod tests {
     #[test]
     fn an_event_loop_wait_counts_in_a_working_thread_but_no_line_is_charged() {
         let mut b = Builder::new();
-        let select = [("<module>", "/app/a.py", 50), ("run", &format!("{LIB}/asyncio/runners.py") as &str, 190), ("select", &format!("{LIB}/selectors.py"), 468)];
+        let select = [
+            ("<module>", "/app/a.py", 50),
+            ("run", &format!("{LIB}/asyncio/runners.py") as &str, 190),
+            ("select", &format!("{LIB}/selectors.py"), 468),
+        ];
         for ms in 0..1000 {
             if ms % 2 == 0 {
                 b.add(1, ms * 10, true, &tls_stack());
@@ -1620,13 +1792,18 @@ mod tests {
         let app_s = app.to_str().unwrap();
         let mut b = Builder::new();
         for ms in 0..300 {
-            b.add(1, ms * 10, false, &[
-                ("main", app_s, 9),
-                ("fetch", app_s, 4),
-                ("get", &format!("{SITE}/requests/api.py"), 73),
-                ("send", &format!("{SITE}/requests/sessions.py"), 703),
-                ("readinto", &format!("{LIB}/socket.py"), 706),
-            ]);
+            b.add(
+                1,
+                ms * 10,
+                false,
+                &[
+                    ("main", app_s, 9),
+                    ("fetch", app_s, 4),
+                    ("get", &format!("{SITE}/requests/api.py"), 73),
+                    ("send", &format!("{SITE}/requests/sessions.py"), 703),
+                    ("readinto", &format!("{LIB}/socket.py"), 706),
+                ],
+            );
         }
         let d = b.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1640,16 +1817,22 @@ mod tests {
     #[test]
     fn a_wait_no_loop_repeats_is_the_reply_latency_not_serial_io() {
         // A request handler that calls its backend once: the framework's loop is not the user's.
-        let (dir, app) = write_app("single-wait", "import requests\n\ndef handle(req):\n    return requests.get(BACKEND).json()\n");
+        let (dir, app) =
+            write_app("single-wait", "import requests\n\ndef handle(req):\n    return requests.get(BACKEND).json()\n");
         let mut b = Builder::new();
         for ms in 0..300 {
-            b.add(1, ms * 10, false, &[
-                ("process_request", &format!("{SITE}/werkzeug/serving.py"), 300),
-                ("handle", &app, 4),
-                ("get", &format!("{SITE}/requests/api.py"), 73),
-                ("send", &format!("{SITE}/requests/sessions.py"), 703),
-                ("readinto", &format!("{LIB}/socket.py"), 706),
-            ]);
+            b.add(
+                1,
+                ms * 10,
+                false,
+                &[
+                    ("process_request", &format!("{SITE}/werkzeug/serving.py"), 300),
+                    ("handle", &app, 4),
+                    ("get", &format!("{SITE}/requests/api.py"), 73),
+                    ("send", &format!("{SITE}/requests/sessions.py"), 703),
+                    ("readinto", &format!("{LIB}/socket.py"), 706),
+                ],
+            );
         }
         let d = b.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
@@ -1676,7 +1859,12 @@ mod tests {
         );
         let mut b = Builder::new();
         for tick in 0..100 {
-            b.add(1, tick * 10, true, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 7), ("render", &app, 11)]);
+            b.add(
+                1,
+                tick * 10,
+                true,
+                &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 7), ("render", &app, 11)],
+            );
             for tid in 2..5 {
                 b.add(tid, tick * 10, false, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 5)]);
             }
@@ -1719,12 +1907,17 @@ mod tests {
     fn network_waits_one_at_a_time_are_serial_and_overlapping_ones_are_not() {
         let (dir, app) = write_app("inflight", "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        pool.submit(fetch, u)\n");
         let wait = |b: &mut Builder, tid: u64, ms: u64| {
-            b.add(tid, ms, false, &[
-                ("main", &app, 8),
-                ("fetch", &app, 4),
-                ("get", &format!("{SITE}/requests/api.py"), 73),
-                ("readinto", &format!("{LIB}/socket.py"), 706),
-            ]);
+            b.add(
+                tid,
+                ms,
+                false,
+                &[
+                    ("main", &app, 8),
+                    ("fetch", &app, 4),
+                    ("get", &format!("{SITE}/requests/api.py"), 73),
+                    ("readinto", &format!("{LIB}/socket.py"), 706),
+                ],
+            );
         };
         // One thread: a wait at every tick, and a little work between requests.
         let mut serial = Builder::new();
@@ -1749,10 +1942,22 @@ mod tests {
         let f = &s.findings[0];
         assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("serial-io", "network-wait", 7), "{f:?}");
         assert!(f.why.contains("one wait in flight at a time (mean 0.8 over 50 ms windows, at most 0.8)"), "{}", f.why);
-        assert!(f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (mean), 0.8 (peak)"), "{:?}", f.evidence);
+        assert!(
+            f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (mean), 0.8 (peak)"),
+            "{:?}",
+            f.evidence
+        );
         let f = &o.findings[0];
-        assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("blocking-wait", "network-wait-concurrent", 4), "the waiting call, not the loop: {f:?}");
-        assert!(f.why.starts_with("3.2 waits are in flight at once here (mean over 50 ms windows, at most 3.2)"), "{}", f.why);
+        assert_eq!(
+            (f.kind.as_str(), f.rule.as_str(), f.line),
+            ("blocking-wait", "network-wait-concurrent", 4),
+            "the waiting call, not the loop: {f:?}"
+        );
+        assert!(
+            f.why.starts_with("3.2 waits are in flight at once here (mean over 50 ms windows, at most 3.2)"),
+            "{}",
+            f.why
+        );
         assert!(o.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", o.findings);
     }
 
@@ -1764,7 +1969,17 @@ mod tests {
         // weighs the 10 intervals it stands for, so every other 50 ms window gets two windows'
         // worth of one thread's wait.
         for tick in 0..60u64 {
-            b.add(1, tick * 100, false, &[("main", &app, 8), ("fetch", &app, 4), ("get", &format!("{SITE}/requests/api.py"), 73), ("readinto", &format!("{LIB}/socket.py"), 706)]);
+            b.add(
+                1,
+                tick * 100,
+                false,
+                &[
+                    ("main", &app, 8),
+                    ("fetch", &app, 4),
+                    ("get", &format!("{SITE}/requests/api.py"), 73),
+                    ("readinto", &format!("{LIB}/socket.py"), 706),
+                ],
+            );
             b.p.samples.last_mut().unwrap().weight = 10;
         }
         let d = b.diagnose(dir.to_str().unwrap());
@@ -1776,7 +1991,12 @@ mod tests {
 
     /// A stack of native frames (outermost first) of the program `/app/server`.
     fn native(p: &mut Profile, stack: &[(&str, &str, u32)]) -> Option<StackId> {
-        let ids: Vec<FrameId> = stack.iter().map(|&(f, file, line)| p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })).collect();
+        let ids: Vec<FrameId> = stack
+            .iter()
+            .map(|&(f, file, line)| {
+                p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })
+            })
+            .collect();
         p.intern_stack(ids)
     }
 
@@ -1789,14 +2009,25 @@ mod tests {
         let app = app.to_str().unwrap().to_owned();
         let mut b = Builder::new();
         for tick in 0..100u64 {
-            let stack = native(&mut b.p, &[("_start", "", 0), ("count", &app, 3), ("__strlen_avx2", "strlen-avx2.S", 76)]);
+            let stack =
+                native(&mut b.p, &[("_start", "", 0), ("count", &app, 3), ("__strlen_avx2", "strlen-avx2.S", 76)]);
             let thread = b.p.intern_thread(1, 1, None);
-            b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(true, true), weight: 1 });
+            b.p.samples.push(Sample {
+                time_us: tick * 10_000,
+                thread,
+                stack,
+                state: ThreadState::new(true, true),
+                weight: 1,
+            });
         }
         let d = b.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
         let f = &d.findings[0];
-        assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("hot-loop-compute", "call-in-loop-condition", 3), "{f:?}");
+        assert_eq!(
+            (f.kind.as_str(), f.rule.as_str(), f.line),
+            ("hot-loop-compute", "call-in-loop-condition", 3),
+            "{f:?}"
+        );
         assert!(f.why.contains("strlen"), "the call is named as people write it: {}", f.why);
         assert!(f.advice.starts_with("compute it once before the loop"), "{}", f.advice);
     }
@@ -1806,14 +2037,48 @@ mod tests {
         let (dir, app) = write_app("native-idle", "package main\n\nfunc main() {\n\twg.Wait()\n\twork()\n}\n");
         let mut b = Builder::new();
         for tick in 0..200u64 {
-            let joined = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 4), ("sync.(*WaitGroup).Wait", "/usr/lib/go-1.19/src/sync/waitgroup.go", 136), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
-            let parked = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("runtime.bgsweep", "/usr/lib/go-1.19/src/runtime/mgcsweep.go", 278), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
-            let working = native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 5)]);
+            let joined = native(
+                &mut b.p,
+                &[
+                    ("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250),
+                    ("main.main", &app, 4),
+                    ("sync.(*WaitGroup).Wait", "/usr/lib/go-1.19/src/sync/waitgroup.go", 136),
+                    ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364),
+                ],
+            );
+            let parked = native(
+                &mut b.p,
+                &[
+                    ("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594),
+                    ("runtime.bgsweep", "/usr/lib/go-1.19/src/runtime/mgcsweep.go", 278),
+                    ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364),
+                ],
+            );
+            let working = native(
+                &mut b.p,
+                &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 5)],
+            );
             // A kept-alive connection's read loop: parked under a network read nobody waits for.
-            let read_loop = native(&mut b.p, &[("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594), ("net/http.(*persistConn).readLoop", "/usr/lib/go-1.19/src/net/http/transport.go", 2093), ("net.(*conn).Read", "/usr/lib/go-1.19/src/net/net.go", 183), ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364)]);
-            for (tid, stack, active) in [(1, joined, false), (2, parked, false), (3, working, true), (4, read_loop, false)] {
+            let read_loop = native(
+                &mut b.p,
+                &[
+                    ("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594),
+                    ("net/http.(*persistConn).readLoop", "/usr/lib/go-1.19/src/net/http/transport.go", 2093),
+                    ("net.(*conn).Read", "/usr/lib/go-1.19/src/net/net.go", 183),
+                    ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364),
+                ],
+            );
+            for (tid, stack, active) in
+                [(1, joined, false), (2, parked, false), (3, working, true), (4, read_loop, false)]
+            {
                 let thread = b.p.intern_thread(1, tid, None);
-                b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(active, active), weight: 1 });
+                b.p.samples.push(Sample {
+                    time_us: tick * 10_000,
+                    thread,
+                    stack,
+                    state: ThreadState::new(active, active),
+                    weight: 1,
+                });
             }
         }
         let d = b.diagnose(dir.to_str().unwrap());
@@ -1831,13 +2096,47 @@ mod tests {
             // C: the line calls accept(); a join whose pthread_join frame glibc tail-called away;
             // Rust's standard library as v0 mangling names it; Go's http.Server in a goroutine.
             let accept = native(&mut b.p, &[("_start", "", 0), ("main", &app, 2), ("accept4", "accept4.c", 31)]);
-            let join = native(&mut b.p, &[("_start", "", 0), ("main", &app, 3), ("__pthread_clockjoin_ex", "pthread_join_common.c", 102), ("__futex_abstimed_wait_common", "futex-internal.c", 87)]);
-            let rust = native(&mut b.p, &[("_start", "", 0), ("main", &app, 2), ("<std::net::tcp::Incoming as core::iter::traits::iterator::Iterator>::next", "tcp.rs", 1041), ("<std::net::tcp::TcpListener>::accept", "tcp.rs", 844), ("accept4", "accept4.c", 31)]);
-            let go = native(&mut b.p, &[("runtime.goexit", "asm_amd64.s", 1594), ("main.main.func2", &app, 2), ("net/http.(*Server).Serve", "server.go", 3070), ("net.(*TCPListener).Accept", "tcpsock.go", 288), ("runtime.gopark", "proc.go", 364)]);
+            let join = native(
+                &mut b.p,
+                &[
+                    ("_start", "", 0),
+                    ("main", &app, 3),
+                    ("__pthread_clockjoin_ex", "pthread_join_common.c", 102),
+                    ("__futex_abstimed_wait_common", "futex-internal.c", 87),
+                ],
+            );
+            let rust = native(
+                &mut b.p,
+                &[
+                    ("_start", "", 0),
+                    ("main", &app, 2),
+                    ("<std::net::tcp::Incoming as core::iter::traits::iterator::Iterator>::next", "tcp.rs", 1041),
+                    ("<std::net::tcp::TcpListener>::accept", "tcp.rs", 844),
+                    ("accept4", "accept4.c", 31),
+                ],
+            );
+            let go = native(
+                &mut b.p,
+                &[
+                    ("runtime.goexit", "asm_amd64.s", 1594),
+                    ("main.main.func2", &app, 2),
+                    ("net/http.(*Server).Serve", "server.go", 3070),
+                    ("net.(*TCPListener).Accept", "tcpsock.go", 288),
+                    ("runtime.gopark", "proc.go", 364),
+                ],
+            );
             let working = native(&mut b.p, &[("_start", "", 0), ("main", &app, 4)]);
-            for (tid, stack, active) in [(1, accept, false), (2, join, false), (3, rust, false), (4, go, false), (5, working, true)] {
+            for (tid, stack, active) in
+                [(1, accept, false), (2, join, false), (3, rust, false), (4, go, false), (5, working, true)]
+            {
                 let thread = b.p.intern_thread(1, tid, None);
-                b.p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(active, active), weight: 1 });
+                b.p.samples.push(Sample {
+                    time_us: tick * 10_000,
+                    thread,
+                    stack,
+                    state: ThreadState::new(active, active),
+                    weight: 1,
+                });
             }
         }
         let d = b.diagnose(dir.to_str().unwrap());
@@ -1883,7 +2182,11 @@ mod tests {
         let d = b.diagnose(dir.to_str().unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(d.findings.is_empty(), "{:?}", d.findings);
-        let note = d.notes.iter().find(|n| n.contains("waited for work or for each other")).unwrap_or_else(|| panic!("{:?}", d.notes));
+        let note = d
+            .notes
+            .iter()
+            .find(|n| n.contains("waited for work or for each other"))
+            .unwrap_or_else(|| panic!("{:?}", d.notes));
         assert!(note.contains("app.py:3") && note.contains("app.py:6 `while not done.wait(0.02):`"), "{note}");
     }
 

@@ -183,7 +183,10 @@ impl KnowledgeBase {
         }
         for e in &entries {
             if let Some(missing) = e.spec.also_causes.iter().find(|id| !entries.iter().any(|o| &o.spec.id == *id)) {
-                return Err(KbError::Invalid { file: "(all)".into(), detail: format!("entry {} names unknown entry {missing} in also_causes", e.spec.id) });
+                return Err(KbError::Invalid {
+                    file: "(all)".into(),
+                    detail: format!("entry {} names unknown entry {missing} in also_causes", e.spec.id),
+                });
             }
         }
         Ok(KnowledgeBase { entries })
@@ -194,10 +197,8 @@ fn glob_set(globs: &[String]) -> Result<Option<RegexSet>, regex::Error> {
     if globs.is_empty() {
         return Ok(None);
     }
-    let patterns: Vec<String> = globs
-        .iter()
-        .map(|g| format!("^{}$", g.split('*').map(regex::escape).collect::<Vec<_>>().join(".*")))
-        .collect();
+    let patterns: Vec<String> =
+        globs.iter().map(|g| format!("^{}$", g.split('*').map(regex::escape).collect::<Vec<_>>().join(".*"))).collect();
     // Validate each alone first, so an error names the culprit.
     for p in &patterns {
         Regex::new(p)?;
@@ -252,8 +253,15 @@ mod tests {
         assert!(!kb.parks(&select), "an event-loop wait counts in the busy time");
         let user = onefix_model::Frame::python("main", "/app/main.py", 9);
         assert!(kb.parks_chain(&[user.clone(), at("Event.wait", "locks.py")]), "waiting for a stop event");
-        let client = onefix_model::Frame::python("AsyncHTTP11Connection._receive_event", "/venv/lib/python3.11/site-packages/httpcore/_async/http11.py", 200);
-        assert!(!kb.parks_chain(&[user, client, at("Event.wait", "locks.py")]), "a client waiting for a reply through an event");
+        let client = onefix_model::Frame::python(
+            "AsyncHTTP11Connection._receive_event",
+            "/venv/lib/python3.11/site-packages/httpcore/_async/http11.py",
+            200,
+        );
+        assert!(
+            !kb.parks_chain(&[user, client, at("Event.wait", "locks.py")]),
+            "a client waiting for a reply through an event"
+        );
     }
 
     #[test]

@@ -7,8 +7,8 @@
 
 mod analysis;
 mod finding;
-pub mod memory;
 pub mod kb;
+pub mod memory;
 pub mod names;
 pub mod origin;
 

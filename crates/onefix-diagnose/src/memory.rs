@@ -39,7 +39,17 @@ pub struct MemoryOptions {
 
 impl Default for MemoryOptions {
     fn default() -> Self {
-        MemoryOptions { windows: 10, min_retained_share: 0.10, min_growth: 0.4, min_churn_share: 0.20, max_churn_kept: 0.05, min_peak_share: 0.5, min_peak_bytes: 16 << 20, max_findings: 5, max_hot_lines: 12 }
+        MemoryOptions {
+            windows: 10,
+            min_retained_share: 0.10,
+            min_growth: 0.4,
+            min_churn_share: 0.20,
+            max_churn_kept: 0.05,
+            min_peak_share: 0.5,
+            min_peak_bytes: 16 << 20,
+            max_findings: 5,
+            max_hot_lines: 12,
+        }
     }
 }
 
@@ -125,7 +135,12 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             }
             continue;
         };
-        let acc = lines.entry(frame).or_insert_with(|| LineAcc { frame, delta: vec![0; windows], allocating: vec![0; windows], ..LineAcc::default() });
+        let acc = lines.entry(frame).or_insert_with(|| LineAcc {
+            frame,
+            delta: vec![0; windows],
+            allocating: vec![0; windows],
+            ..LineAcc::default()
+        });
         let k = ((s.time_us / window_us) as usize).min(windows - 1);
         if !s.state.freed() {
             acc.allocated += s.weight as u64;
@@ -158,7 +173,10 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         }
         let grew = growth_windows(&acc.delta);
         if (grew as f64) < opts.min_growth * windows as f64 {
-            if share >= opts.min_peak_share && acc.retained >= opts.min_peak_bytes as i64 && acc.live_at_end * 2 <= acc.retained {
+            if share >= opts.min_peak_share
+                && acc.retained >= opts.min_peak_bytes as i64
+                && acc.live_at_end * 2 <= acc.retained
+            {
                 findings.push(peak_finding(profile, user, &mut sources, acc, share, &texts.peak));
             }
             continue;
@@ -185,17 +203,30 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         let t = &texts.retention;
         let (file, function, line, code, why) = match &holder {
             Some((f, func, l, c)) => (f.clone(), func.clone(), *l, Some(c.clone()), fill(&t.why_stored, &values)),
-            None => (frame.file.clone(), frame.function.clone(), frame.line, alloc_code.clone(), fill(&t.why_allocated, &values)),
+            None => (
+                frame.file.clone(),
+                frame.function.clone(),
+                frame.line,
+                alloc_code.clone(),
+                fill(&t.why_allocated, &values),
+            ),
         };
         // Two allocating lines stored by one line (or one line seen as two frames, a
         // generator's and its function's) are one finding.
-        if let Some(same) = findings.iter_mut().find(|f: &&mut Finding| f.kind == t.kind && f.file == file && f.line == line) {
+        if let Some(same) =
+            findings.iter_mut().find(|f: &&mut Finding| f.kind == t.kind && f.file == file && f.line == line)
+        {
             same.share += share;
             continue;
         }
         let mut evidence = Vec::new();
         if holder.is_some() {
-            evidence.push(Evidence { frame: format!("allocated at line {}", frame.line), file: frame.file.clone(), line: frame.line, share });
+            evidence.push(Evidence {
+                frame: format!("allocated at line {}", frame.line),
+                file: frame.file.clone(),
+                line: frame.line,
+                share,
+            });
         }
         evidence.extend(top_beneath(acc, total_retained));
         findings.push(Finding {
@@ -241,7 +272,16 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             ("rate", format!("{}/s", bytes((acc.allocated as f64 / duration_s) as u64))),
             ("beneath", beneath_clause(acc, 1)),
         ];
-        findings.push(allocating_line_finding(profile, user, &mut sources, acc, share, &texts.churn, &values, "memory-churn"));
+        findings.push(allocating_line_finding(
+            profile,
+            user,
+            &mut sources,
+            acc,
+            share,
+            &texts.churn,
+            &values,
+            "memory-churn",
+        ));
     }
     for (i, f) in findings.iter_mut().enumerate() {
         f.rank = i + 1;
@@ -268,9 +308,16 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         .collect();
     let mut notes = Vec::new();
     if total_retained > 0 && outside > 0 {
-        notes.push(format!("{} of the sampled heap at its peak was allocated outside your code (start-up, libraries, the runtime)", percent(outside as f64 / total_retained as f64)));
+        notes.push(format!(
+            "{} of the sampled heap at its peak was allocated outside your code (start-up, libraries, the runtime)",
+            percent(outside as f64 / total_retained as f64)
+        ));
     }
-    notes.push(format!("{} allocated during the recording; {} sampled bytes live at the heap's peak", bytes(total_allocated), bytes(total_retained)));
+    notes.push(format!(
+        "{} allocated during the recording; {} sampled bytes live at the heap's peak",
+        bytes(total_allocated),
+        bytes(total_retained)
+    ));
     Diagnosis {
         share_of: "sampled heap at its peak (retained bytes)".into(),
         total_weight: total_retained,
@@ -285,8 +332,19 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
 }
 
 /// A line that is the heap's peak by itself: allocated in a burst, freed afterwards.
-fn peak_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc, share: f64, t: &LineText) -> Finding {
-    let values = [("retained", bytes(acc.retained.max(0) as u64)), ("share", percent(share)), ("beneath", beneath_clause(acc, 1))];
+fn peak_finding(
+    profile: &Profile,
+    user: &UserCode,
+    sources: &mut SourceCache,
+    acc: &LineAcc,
+    share: f64,
+    t: &LineText,
+) -> Finding {
+    let values = [
+        ("retained", bytes(acc.retained.max(0) as u64)),
+        ("share", percent(share)),
+        ("beneath", beneath_clause(acc, 1)),
+    ];
     allocating_line_finding(profile, user, sources, acc, share, t, &values, "memory-peak")
 }
 
@@ -294,7 +352,16 @@ fn peak_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, a
 /// share of windows in which the line allocates at all (a churning line's net change is about
 /// nil, by definition).
 #[allow(clippy::too_many_arguments)]
-fn allocating_line_finding(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc, share: f64, t: &LineText, values: &[(&str, String)], rule: &str) -> Finding {
+fn allocating_line_finding(
+    profile: &Profile,
+    user: &UserCode,
+    sources: &mut SourceCache,
+    acc: &LineAcc,
+    share: f64,
+    t: &LineText,
+    values: &[(&str, String)],
+    rule: &str,
+) -> Finding {
     let frame = profile.frame(acc.frame);
     Finding {
         rank: 0,
@@ -332,7 +399,8 @@ fn frontier_of(profile: &Profile, user: &UserCode, stack: Option<StackId>) -> Op
     let mut frames = profile.stack_frames_leaf_first(stack);
     for f in frames.by_ref() {
         if user.origin(profile.frame(f)) == Origin::User {
-            let callers = frames.filter(|&c| user.origin(profile.frame(c)) == Origin::User).take(CALLERS_SEARCHED).collect();
+            let callers =
+                frames.filter(|&c| user.origin(profile.frame(c)) == Origin::User).take(CALLERS_SEARCHED).collect();
             return Some(Frontier { frame: f, beneath, callers });
         }
         beneath.push(f);
@@ -344,13 +412,23 @@ fn frontier_of(profile: &Profile, user: &UserCode, stack: Option<StackId>) -> Op
 /// retain most of the line's bytes, nearest first, a call site that stores the result itself
 /// (`cache[key] = build(req)`), or assigns it to a name a later line stores
 /// (`view = build(req)` ... `cache[key] = view`). As (file, function, line, code).
-fn holder_in_callers(profile: &Profile, user: &UserCode, sources: &mut SourceCache, acc: &LineAcc) -> Option<(String, String, u32, String)> {
-    let (chain, _) = acc.callers.iter().filter(|(c, w)| !c.is_empty() && **w > 0).max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+fn holder_in_callers(
+    profile: &Profile,
+    user: &UserCode,
+    sources: &mut SourceCache,
+    acc: &LineAcc,
+) -> Option<(String, String, u32, String)> {
+    let (chain, _) =
+        acc.callers.iter().filter(|(c, w)| !c.is_empty() && **w > 0).max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
     for &c in chain {
         let frame = profile.frame(c);
         let path = user.resolve(&frame.file)?;
         let code = sources.line(&path, frame.line)?;
-        let found = if stores(&code) { Some((frame.line, code.trim().to_owned())) } else { holder_of(sources, &path, frame.line, &code) };
+        let found = if stores(&code) {
+            Some((frame.line, code.trim().to_owned()))
+        } else {
+            holder_of(sources, &path, frame.line, &code)
+        };
         if let Some((line, text)) = found {
             return Some((frame.file.clone(), frame.function.clone(), line, text));
         }
@@ -360,7 +438,10 @@ fn holder_in_callers(profile: &Profile, user: &UserCode, sources: &mut SourceCac
 
 /// A subscript or attribute assignment, or a call that adds to a container.
 fn store_pattern() -> Regex {
-    Regex::new(r"(\]\s*=[^=]|\.\w+\s*=[^=]|->\w+\s*=[^=]|\.(append|add|insert|setdefault|extend|push|push_back|put)\s*\()").unwrap()
+    Regex::new(
+        r"(\]\s*=[^=]|\.\w+\s*=[^=]|->\w+\s*=[^=]|\.(append|add|insert|setdefault|extend|push|push_back|put)\s*\()",
+    )
+    .unwrap()
 }
 
 /// Whether a line stores something into a longer-lived structure.
@@ -388,7 +469,12 @@ fn top_beneath(acc: &LineAcc, total: u64) -> Vec<Evidence> {
         .beneath
         .iter()
         .filter(|(_, e)| e.0 > 0)
-        .map(|(name, e)| Evidence { frame: name.clone(), file: e.1.clone(), line: e.2, share: e.0 as f64 / total.max(1) as f64 })
+        .map(|(name, e)| Evidence {
+            frame: name.clone(),
+            file: e.1.clone(),
+            line: e.2,
+            share: e.0 as f64 / total.max(1) as f64,
+        })
         .collect();
     v.sort_by(|a, b| b.share.total_cmp(&a.share).then(a.frame.cmp(&b.frame)));
     v.truncate(3);
@@ -414,7 +500,9 @@ fn holder_of(sources: &mut SourceCache, path: &Path, line: u32, code: &str) -> O
             continue;
         }
         // Left the function: a line less indented that starts a definition or closes a block.
-        if indent(text) < own && (t.starts_with("def ") || t.starts_with("async def ") || t.starts_with("class ") || t == "}") {
+        if indent(text) < own
+            && (t.starts_with("def ") || t.starts_with("async def ") || t.starts_with("class ") || t == "}")
+        {
             return None;
         }
         if indent(text) == 0 && own > 0 {
@@ -422,7 +510,9 @@ fn holder_of(sources: &mut SourceCache, path: &Path, line: u32, code: &str) -> O
         }
         let Some(m) = store.find(t) else { continue };
         // The name must be what is stored (after the store), not just the container.
-        if word.is_match(&t[m.start()..]) && !Regex::new(&format!(r"^\s*{}\s*=", regex::escape(&name))).ok()?.is_match(t) {
+        if word.is_match(&t[m.start()..])
+            && !Regex::new(&format!(r"^\s*{}\s*=", regex::escape(&name))).ok()?.is_match(t)
+        {
             return Some((i as u32 + 1, t.to_owned()));
         }
     }
@@ -492,7 +582,13 @@ mod tests {
             let at = i * 100_000;
             p.samples.push(Sample { time_us: at, thread: t, stack: kept, state: ThreadState::default(), weight: 1000 });
             p.samples.push(Sample { time_us: at, thread: t, stack: temp, state: ThreadState::default(), weight: 5000 });
-            p.samples.push(Sample { time_us: at + 10, thread: t, stack: temp, state: ThreadState(ThreadState::FREED), weight: 5000 });
+            p.samples.push(Sample {
+                time_us: at + 10,
+                thread: t,
+                stack: temp,
+                state: ThreadState(ThreadState::FREED),
+                weight: 5000,
+            });
         }
         let user = UserCode::new([&dir], None);
         let d = diagnose_memory(&p, &user, &MemoryOptions::default());
@@ -509,8 +605,20 @@ mod tests {
         let s = flat.intern_stack([line]);
         flat.samples.push(Sample { time_us: 0, thread: t, stack: s, state: ThreadState::default(), weight: 100_000 });
         for i in 1..100u64 {
-            flat.samples.push(Sample { time_us: i * 100_000, thread: t, stack: s, state: ThreadState::default(), weight: 10 });
-            flat.samples.push(Sample { time_us: i * 100_000 + 1, thread: t, stack: s, state: ThreadState(ThreadState::FREED), weight: 10 });
+            flat.samples.push(Sample {
+                time_us: i * 100_000,
+                thread: t,
+                stack: s,
+                state: ThreadState::default(),
+                weight: 10,
+            });
+            flat.samples.push(Sample {
+                time_us: i * 100_000 + 1,
+                thread: t,
+                stack: s,
+                state: ThreadState(ThreadState::FREED),
+                weight: 10,
+            });
         }
         let d = diagnose_memory(&flat, &user, &MemoryOptions::default());
         assert!(d.findings.iter().all(|f| f.kind != "memory-retention"), "{:?}", d.findings);
@@ -544,10 +652,17 @@ mod tests {
     fn growing(frames: &[(&str, &str, u32)]) -> Profile {
         let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
         let t = p.intern_thread(1, 1, None);
-        let ids: Vec<FrameId> = frames.iter().map(|&(f, file, line)| p.intern_frame(Frame::python(f, file, line))).collect();
+        let ids: Vec<FrameId> =
+            frames.iter().map(|&(f, file, line)| p.intern_frame(Frame::python(f, file, line))).collect();
         let stack = p.intern_stack(ids);
         for i in 0..100u64 {
-            p.samples.push(Sample { time_us: i * 100_000, thread: t, stack, state: ThreadState::default(), weight: 1000 });
+            p.samples.push(Sample {
+                time_us: i * 100_000,
+                thread: t,
+                stack,
+                state: ThreadState::default(),
+                weight: 1000,
+            });
         }
         p
     }
@@ -555,7 +670,11 @@ mod tests {
     #[test]
     fn data_held_whole_and_freed_afterwards_is_the_peak_not_a_leak() {
         let dir = scratch("onefix-memdiag-peak");
-        let file = write(&dir, "etl.py", "def run(path):\n    lines = open(path).read().splitlines()\n    return sum(len(l) for l in lines)\n");
+        let file = write(
+            &dir,
+            "etl.py",
+            "def run(path):\n    lines = open(path).read().splitlines()\n    return sum(len(l) for l in lines)\n",
+        );
         // Read in one burst, held while it is summed, then dropped: 100 pieces of `piece` bytes.
         let held_whole = |piece: u32| {
             let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..Meta::default() });
@@ -574,7 +693,11 @@ mod tests {
         let f = &d.findings[0];
         assert_eq!((f.kind.as_str(), f.line), ("memory-peak", 2), "{:#?}", d.findings);
         assert!(f.advice.contains("in pieces"), "{}", f.advice);
-        assert!(d.findings.iter().all(|f| f.kind != "memory-retention" && f.kind != "allocation-churn"), "{:#?}", d.findings);
+        assert!(
+            d.findings.iter().all(|f| f.kind != "memory-retention" && f.kind != "allocation-churn"),
+            "{:#?}",
+            d.findings
+        );
         // A couple of megabytes at once is no peak worth a finding.
         let d = diagnose_memory(&held_whole(20_000), &user, &MemoryOptions::default());
         std::fs::remove_dir_all(&dir).unwrap();
@@ -586,16 +709,26 @@ mod tests {
         let dir = scratch("onefix-memdiag-field");
         let file = write(&dir, "req.c", "void take(int n) {\n    struct req *r = malloc(sizeof *r);\n    r->body = malloc(r->body_len);\n    r->next = head;\n    list[n] = r;\n}\n");
         let mut sources = SourceCache::default();
-        assert_eq!(holder_of(&mut sources, Path::new(&file), 2, "    struct req *r = malloc(sizeof *r);").map(|h| h.0), Some(5));
+        assert_eq!(
+            holder_of(&mut sources, Path::new(&file), 2, "    struct req *r = malloc(sizeof *r);").map(|h| h.0),
+            Some(5)
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn finds_the_storing_line_in_c_too() {
         let dir = scratch("onefix-memdiag-c");
-        let file = write(&dir, "t.c", "void add(int k) {\n    char *copy = strdup(name);\n    int n = 3;\n    table[k] = copy;\n}\n");
+        let file = write(
+            &dir,
+            "t.c",
+            "void add(int k) {\n    char *copy = strdup(name);\n    int n = 3;\n    table[k] = copy;\n}\n",
+        );
         let mut sources = SourceCache::default();
-        assert_eq!(holder_of(&mut sources, Path::new(&file), 2, "    char *copy = strdup(name);").map(|h| h.0), Some(4));
+        assert_eq!(
+            holder_of(&mut sources, Path::new(&file), 2, "    char *copy = strdup(name);").map(|h| h.0),
+            Some(4)
+        );
         assert_eq!(holder_of(&mut sources, Path::new(&file), 3, "    int n = 3;"), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -64,7 +64,8 @@ pub fn plain_native_name(name: &str) -> Option<String> {
     for prefix in ["isoc99_", "isoc23_", "libc_"] {
         plain = plain.strip_prefix(prefix).unwrap_or(plain);
     }
-    const VARIANTS: [&str; 10] = ["_avx2", "_avx512", "_avx", "_evex", "_sse2", "_sse4", "_ssse3", "_erms", "_internal", "_ifunc"];
+    const VARIANTS: [&str; 10] =
+        ["_avx2", "_avx512", "_avx", "_evex", "_sse2", "_sse4", "_ssse3", "_erms", "_internal", "_ifunc"];
     if let Some(cut) = VARIANTS.iter().filter_map(|v| plain.find(v)).min() {
         plain = &plain[..cut];
     }
@@ -88,7 +89,8 @@ pub fn python_module(file: &str) -> String {
 
 /// Whether a (trimmed) line of source starts a loop, in any of the languages read here.
 fn starts_loop(t: &str) -> bool {
-    ["for ", "while ", "async for ", "loop {", "for(", "while(", "do {", "do{"].iter().any(|k| t.starts_with(k)) || t.contains(".forEach(")
+    ["for ", "while ", "async for ", "loop {", "for(", "while(", "do {", "do{"].iter().any(|k| t.starts_with(k))
+        || t.contains(".forEach(")
 }
 
 /// Names called on a line of source: `ctx.load_verify_locations(cafile)` gives
@@ -166,8 +168,14 @@ impl SourceCache {
     /// Python `for x in items:` (its iterable is evaluated once), nor a loop that reads in its
     /// condition (`while ((n = read(fd, b, k)) > 0)`: the call is each pass's work, not a bound).
     pub fn bound_recomputed_every_pass(&mut self, path: &Path, line: u32) -> bool {
-        let Some(t) = (line as usize).checked_sub(1).and_then(|i| self.lines(path)?.get(i).map(|l| l.trim_start().to_owned())) else { return false };
-        let header = t.starts_with("while ") || t.starts_with("while(") || ((t.starts_with("for (") || t.starts_with("for(")) && t.contains(';'));
+        let Some(t) =
+            (line as usize).checked_sub(1).and_then(|i| self.lines(path)?.get(i).map(|l| l.trim_start().to_owned()))
+        else {
+            return false;
+        };
+        let header = t.starts_with("while ")
+            || t.starts_with("while(")
+            || ((t.starts_with("for (") || t.starts_with("for(")) && t.contains(';'));
         static BOUND: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
         let bound = BOUND.get_or_init(|| regex::Regex::new(r"[<>]=?\s*[A-Za-z_][\w.:>-]*\s*\(").unwrap());
         header && bound.is_match(&t)
@@ -191,9 +199,8 @@ impl SourceCache {
             if starts_loop(t) {
                 return Some(i as u32 + 1);
             }
-            let is_function = ["def ", "async def ", "fn ", "pub fn ", "func ", "class "]
-                .iter()
-                .any(|k| t.starts_with(k));
+            let is_function =
+                ["def ", "async def ", "fn ", "pub fn ", "func ", "class "].iter().any(|k| t.starts_with(k));
             if is_function || ind == 0 {
                 return None;
             }
@@ -228,7 +235,8 @@ impl SourceCache {
         }
         let lock = t.strip_suffix(".acquire()")?;
         let release = format!("{lock}.release()");
-        let end = lines.iter().enumerate().skip(idx + 1).find(|(_, l)| l.trim() == release && indentation(l) == indent)?.0;
+        let end =
+            lines.iter().enumerate().skip(idx + 1).find(|(_, l)| l.trim() == release && indentation(l) == indent)?.0;
         (end > idx + 1).then_some((line + 1, end as u32))
     }
 
@@ -249,7 +257,9 @@ impl SourceCache {
             }
             let Some((target, value)) = t.split_once('=') else { continue };
             let target = target.trim();
-            let is_target = target == name || target.strip_prefix("self.") == Some(name) || target.split(',').any(|p| p.trim() == name);
+            let is_target = target == name
+                || target.strip_prefix("self.") == Some(name)
+                || target.split(',').any(|p| p.trim() == name);
             if is_target && !value.starts_with('=') && value.contains('(') {
                 return Some((i as u32 + 1, t.to_owned()));
             }
@@ -259,10 +269,7 @@ impl SourceCache {
 }
 
 fn indentation(line: &str) -> usize {
-    line.chars()
-        .take_while(|c| c.is_whitespace())
-        .map(|c| if c == '\t' { 8 } else { 1 })
-        .sum()
+    line.chars().take_while(|c| c.is_whitespace()).map(|c| if c == '\t' { 8 } else { 1 }).sum()
 }
 
 #[cfg(test)]
@@ -287,7 +294,10 @@ mod tests {
     #[test]
     fn native_names_are_read_as_people_write_them() {
         let plain = |n: &str| plain_native_name(n);
-        assert_eq!(plain("<std::net::tcp::TcpListener>::accept").as_deref(), Some("std::net::tcp::TcpListener::accept"));
+        assert_eq!(
+            plain("<std::net::tcp::TcpListener>::accept").as_deref(),
+            Some("std::net::tcp::TcpListener::accept")
+        );
         assert_eq!(
             plain("<std::net::tcp::Incoming as core::iter::traits::iterator::Iterator>::next").as_deref(),
             Some("std::net::tcp::Incoming::next")
@@ -301,7 +311,9 @@ mod tests {
         assert_eq!(plain("__memmove_avx_unaligned_erms").as_deref(), Some("memmove"));
         assert_eq!(plain("__vfscanf_internal").as_deref(), Some("vfscanf"));
         assert_eq!(plain("__libc_connect").as_deref(), Some("connect"));
-        for as_is in ["main", "regcomp", "std::fs::read_to_string", "net/http.(*Server).Serve", "0x7f00", "__", "<broken"] {
+        for as_is in
+            ["main", "regcomp", "std::fs::read_to_string", "net/http.(*Server).Serve", "0x7f00", "__", "<broken"]
+        {
             assert_eq!(plain(as_is), None, "{as_is}");
         }
     }
@@ -314,7 +326,10 @@ mod tests {
         assert_eq!(python_module("/x/lib/python3.11/concurrent/futures/thread.py"), "concurrent.futures.thread");
         assert_eq!(python_module("<frozen importlib._bootstrap>"), "importlib._bootstrap");
         assert_eq!(python_module("/srv/app/worker.py"), "worker");
-        assert_eq!(qualified_name(&Frame::python("create_default_context", "/usr/lib/python3.11/ssl.py", 770)), "ssl.create_default_context");
+        assert_eq!(
+            qualified_name(&Frame::python("create_default_context", "/usr/lib/python3.11/ssl.py", 770)),
+            "ssl.create_default_context"
+        );
         let method = Frame::python("AsyncClient.__init__", "/x/site-packages/httpx/_client.py", 1);
         assert_eq!(qualified_name(&method), "httpx._client.AsyncClient.__init__");
         assert_eq!(unqualified_name(&method).as_deref(), Some("httpx._client.__init__"));
@@ -323,7 +338,10 @@ mod tests {
 
     #[test]
     fn names_called_on_a_line() {
-        assert_eq!(called_names("context.load_verify_locations(cafile=x)  # load(" ), vec!["context.load_verify_locations", "load_verify_locations"]);
+        assert_eq!(
+            called_names("context.load_verify_locations(cafile=x)  # load("),
+            vec!["context.load_verify_locations", "load_verify_locations"]
+        );
         assert_eq!(called_names("conn = sqlite3.connect(path)"), vec!["sqlite3.connect", "connect"]);
         assert_eq!(called_names("x = a + b"), Vec::<String>::new());
         assert_eq!(called_names("f (g(1))"), vec!["f", "g"]);
@@ -373,7 +391,11 @@ mod tests {
         assert_eq!(src.held_block(&locked, 15), Some((16, 16)), "a comment after the colon");
         // C's do-while is a loop too.
         let c = dir.join("scan.c");
-        std::fs::write(&c, "int main(void) {\n    long n = 0;\n    do {\n        n += scan(n);\n    } while (n < 10);\n}\n").unwrap();
+        std::fs::write(
+            &c,
+            "int main(void) {\n    long n = 0;\n    do {\n        n += scan(n);\n    } while (n < 10);\n}\n",
+        )
+        .unwrap();
         assert_eq!(src.enclosing_loop(&c, 4), Some(3));
         assert_eq!(src.enclosing_loop(&c, 2), None);
         std::fs::remove_dir_all(&dir).unwrap();

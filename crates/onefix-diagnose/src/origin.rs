@@ -38,10 +38,7 @@ const STDLIB_MARKERS: &[&str] = &["/rustc/", "/usr/lib/go", "/usr/local/go/src/"
 impl UserCode {
     /// User code lives under `dirs`; relative frame paths resolve against `base`.
     pub fn new<P: AsRef<Path>>(dirs: impl IntoIterator<Item = P>, base: Option<&Path>) -> UserCode {
-        UserCode {
-            dirs: dirs.into_iter().map(|d| normalize(d.as_ref())).collect(),
-            base: base.map(normalize),
-        }
+        UserCode { dirs: dirs.into_iter().map(|d| normalize(d.as_ref())).collect(), base: base.map(normalize) }
     }
 
     pub fn dirs(&self) -> &[PathBuf] {
@@ -82,7 +79,9 @@ impl UserCode {
             if THIRD_PARTY_MARKERS.iter().any(|m| module.contains(m)) {
                 return Origin::ThirdParty;
             }
-            if python_lib_root(module).is_some() || ["/usr/lib", "/lib/", "/lib64/", "/usr/local/lib/"].iter().any(|m| module.starts_with(m)) {
+            if python_lib_root(module).is_some()
+                || ["/usr/lib", "/lib/", "/lib64/", "/usr/local/lib/"].iter().any(|m| module.starts_with(m))
+            {
                 return Origin::Runtime;
             }
         }
@@ -93,7 +92,9 @@ impl UserCode {
             return Origin::Stdlib;
         }
         match self.resolve(file) {
-            Some(path) if self.dirs.iter().any(|d| path.starts_with(d)) && is_plausible_source(file, frame.line) => Origin::User,
+            Some(path) if self.dirs.iter().any(|d| path.starts_with(d)) && is_plausible_source(file, frame.line) => {
+                Origin::User
+            }
             // Source outside the user's directories and outside any package manager's tree:
             // someone else's code all the same.
             _ => Origin::ThirdParty,
@@ -158,11 +159,23 @@ mod tests {
         assert_eq!(user.origin(&py("/srv/app/worker.py")), Origin::User);
         assert_eq!(user.origin(&py("worker.py")), Origin::User, "relative to the target's cwd");
         assert_eq!(user.origin(&py("./lib/../worker.py")), Origin::User);
-        assert_eq!(user.origin(&Frame::python("f", "/srv/app/__doc__", 0)), Origin::ThirdParty, "a torn read's garbage has no line");
-        assert_eq!(user.origin(&Frame::python("__package__", "__doc__", 436600831)), Origin::ThirdParty, "nor a source file");
+        assert_eq!(
+            user.origin(&Frame::python("f", "/srv/app/__doc__", 0)),
+            Origin::ThirdParty,
+            "a torn read's garbage has no line"
+        );
+        assert_eq!(
+            user.origin(&Frame::python("__package__", "__doc__", 436600831)),
+            Origin::ThirdParty,
+            "nor a source file"
+        );
         assert_eq!(user.origin(&py("/usr/lib/python3.11/ssl.py")), Origin::Stdlib);
         assert_eq!(user.origin(&py("/root/.pyenv/versions/3.11.7/lib/python3.11/json/decoder.py")), Origin::Stdlib);
-        assert_eq!(user.origin(&py("/srv/app/.venv/lib/python3.11/site-packages/httpx/_client.py")), Origin::ThirdParty, "a venv inside the project is not the user's code");
+        assert_eq!(
+            user.origin(&py("/srv/app/.venv/lib/python3.11/site-packages/httpx/_client.py")),
+            Origin::ThirdParty,
+            "a venv inside the project is not the user's code"
+        );
         assert_eq!(user.origin(&py("/usr/lib/python3/dist-packages/yaml/__init__.py")), Origin::ThirdParty);
         assert_eq!(user.origin(&py("<frozen importlib._bootstrap>")), Origin::Stdlib);
         assert_eq!(user.origin(&py("<string>")), Origin::Runtime);
@@ -181,11 +194,16 @@ mod tests {
         f.file = "/rustc/abc/library/core/src/fmt/mod.rs".into();
         assert_eq!(user.origin(&f), Origin::Stdlib);
         assert_eq!(user.origin(&Frame::native("__libc_recv", "/usr/lib/x86_64-linux-gnu/libc.so.6")), Origin::Runtime);
-        let mut relative = Frame::native("_ssl__SSLContext_load_verify_locations", "/usr/lib/python3.11/lib-dynload/_ssl.so");
+        let mut relative =
+            Frame::native("_ssl__SSLContext_load_verify_locations", "/usr/lib/python3.11/lib-dynload/_ssl.so");
         relative.file = "Modules/_ssl.c".into();
         let mut built_here = relative.clone();
         built_here.file = "/src/python-build/Modules/_ssl.c".into();
-        assert_eq!(UserCode::new(["/src"], Some(Path::new("/src"))).origin(&built_here), Origin::Runtime, "an extension module is the runtime's");
+        assert_eq!(
+            UserCode::new(["/src"], Some(Path::new("/src"))).origin(&built_here),
+            Origin::Runtime,
+            "an extension module is the runtime's"
+        );
         assert_eq!(UserCode::new(["/src"], Some(Path::new("/src"))).origin(&relative), Origin::Runtime);
     }
 }

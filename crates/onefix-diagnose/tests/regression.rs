@@ -74,8 +74,12 @@ fn committed_recordings_keep_their_findings() {
     }
     let expected = std::fs::read_to_string(&expected_path)
         .unwrap_or_else(|e| panic!("{}: {e} (bless with ONEFIX_BLESS=1)", expected_path.display()));
-    let changed: Vec<String> =
-        expected.lines().zip(actual.lines()).filter(|(e, a)| e != a).map(|(e, a)| format!("  was: {e}\n  now: {a}")).collect();
+    let changed: Vec<String> = expected
+        .lines()
+        .zip(actual.lines())
+        .filter(|(e, a)| e != a)
+        .map(|(e, a)| format!("  was: {e}\n  now: {a}"))
+        .collect();
     assert!(
         changed.is_empty() && expected.lines().count() == actual.lines().count(),
         "{} of {} recordings are diagnosed differently:\n{}\n(if intended, rerun with ONEFIX_BLESS=1 and review tests/regression/expected.txt)",

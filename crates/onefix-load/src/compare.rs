@@ -181,11 +181,14 @@ pub fn welch(a: &[f64], b: &[f64]) -> Option<WelchTest> {
     if se2 == 0.0 {
         // No spread on either side: the means are equal or the difference is certain.
         let p = if diff == 0.0 { 1.0 } else { 0.0 };
-        return Some(WelchTest { t: if diff == 0.0 { 0.0 } else { f64::INFINITY.copysign(diff) }, df: (a.len() + b.len() - 2) as f64, p_value: p });
+        return Some(WelchTest {
+            t: if diff == 0.0 { 0.0 } else { f64::INFINITY.copysign(diff) },
+            df: (a.len() + b.len() - 2) as f64,
+            p_value: p,
+        });
     }
     let t = diff / se2.sqrt();
-    let df = se2 * se2
-        / (va * va / (a.len() - 1) as f64 + vb * vb / (b.len() - 1) as f64).max(f64::MIN_POSITIVE);
+    let df = se2 * se2 / (va * va / (a.len() - 1) as f64 + vb * vb / (b.len() - 1) as f64).max(f64::MIN_POSITIVE);
     Some(WelchTest { t, df, p_value: t_two_sided_p(t, df) })
 }
 
@@ -268,7 +271,9 @@ pub fn metric(name: &str, a: &[f64], b: &[f64], speedup_of: fn(f64, f64) -> f64)
             b.len(),
             fmt_x(speedup)
         ),
-        Some(t) if significant && speedup > 1.0 => format!("B is faster: {}{interval}, {}", fmt_x(speedup), fmt_p(t.p_value)),
+        Some(t) if significant && speedup > 1.0 => {
+            format!("B is faster: {}{interval}, {}", fmt_x(speedup), fmt_p(t.p_value))
+        }
         Some(t) if significant => format!("B is slower: {}{interval}, {}", fmt_x(speedup), fmt_p(t.p_value)),
         Some(t) => format!("no significant difference: {}{interval}, {}", fmt_x(speedup), fmt_p(t.p_value)),
     };
@@ -401,7 +406,14 @@ mod tests {
                     completed: rps as u64,
                     errors: 0,
                     rps,
-                    latency_ms: WindowLatency { mean: m, stddev: m / 4.0, p50: m, p90: m * 1.5, p99: m * 2.0, max: m * 3.0 },
+                    latency_ms: WindowLatency {
+                        mean: m,
+                        stddev: m / 4.0,
+                        p50: m,
+                        p90: m * 1.5,
+                        p99: m * 2.0,
+                        max: m * 3.0,
+                    },
                 }
             })
             .collect();
@@ -431,7 +443,16 @@ mod tests {
             bytes_sent: 0,
             bytes_received: 0,
             connections_opened: 0,
-            latency_ms: LatencySummary { p50: mean, p90: mean * 1.5, p99: mean * 2.0, p999: mean * 2.5, min: 0.1, max: mean * 3.0, mean, stddev: mean / 4.0 },
+            latency_ms: LatencySummary {
+                p50: mean,
+                p90: mean * 1.5,
+                p99: mean * 2.0,
+                p999: mean * 2.5,
+                min: 0.1,
+                max: mean * 3.0,
+                mean,
+                stddev: mean / 4.0,
+            },
             service_time_ms: LatencySummary::default(),
             windows,
         }

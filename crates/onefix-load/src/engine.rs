@@ -78,11 +78,15 @@ impl LoadConfig {
     fn check(&self) -> Result<(), LoadError> {
         if let Some(r) = self.rate {
             if !(r.is_finite() && r > 0.0 && r <= 1e8) {
-                return Err(LoadError::Input(format!("the rate must be a positive number of requests per second (or `max`), not {r}")));
+                return Err(LoadError::Input(format!(
+                    "the rate must be a positive number of requests per second (or `max`), not {r}"
+                )));
             }
         }
         if self.duration.is_none() && self.max_requests.is_none() {
-            return Err(LoadError::Input("give a duration or a number of requests, or the load would never end".into()));
+            return Err(LoadError::Input(
+                "give a duration or a number of requests, or the load would never end".into(),
+            ));
         }
         if self.duration == Some(Duration::ZERO) {
             return Err(LoadError::Input("the duration must be positive".into()));
@@ -91,7 +95,10 @@ impl LoadConfig {
             return Err(LoadError::Input("the number of requests must be at least 1".into()));
         }
         if self.connections == 0 || self.connections > 100_000 {
-            return Err(LoadError::Input(format!("the connections must be between 1 and 100000, not {}", self.connections)));
+            return Err(LoadError::Input(format!(
+                "the connections must be between 1 and 100000, not {}",
+                self.connections
+            )));
         }
         if self.timeout.is_zero() {
             return Err(LoadError::Input("the timeout must be positive".into()));
@@ -144,7 +151,11 @@ pub fn target_addr(cfg: &LoadConfig) -> Result<SocketAddr, LoadError> {
 
 /// Waits for a server that is starting until something accepts connections at `addr`: polls
 /// every 50 ms for up to `limit`, and gives up at once when `gone()` says the server ended.
-pub fn wait_until_listening(addr: SocketAddr, limit: Duration, mut gone: impl FnMut() -> bool) -> Result<(), LoadError> {
+pub fn wait_until_listening(
+    addr: SocketAddr,
+    limit: Duration,
+    mut gone: impl FnMut() -> bool,
+) -> Result<(), LoadError> {
     let deadline = Instant::now() + limit;
     loop {
         if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
@@ -329,7 +340,9 @@ impl PreciseTimer {
             let mut expirations = 0u64;
             let read = guard.try_io(|inner| {
                 // SAFETY: reading 8 bytes into a u64 from our timerfd.
-                let n = unsafe { libc::read(inner.get_ref().as_raw_fd(), &mut expirations as *mut u64 as *mut libc::c_void, 8) };
+                let n = unsafe {
+                    libc::read(inner.get_ref().as_raw_fd(), &mut expirations as *mut u64 as *mut libc::c_void, 8)
+                };
                 if n < 0 {
                     Err(io::Error::last_os_error())
                 } else {
@@ -506,8 +519,7 @@ fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::
     let set = tokio::task::LocalSet::new();
     set.block_on(&rt, async {
         sleep_until_ns(sh.start_ns).await;
-        let mut handles: Vec<_> =
-            (0..slots).map(|_| tokio::task::spawn_local(connection(local.clone()))).collect();
+        let mut handles: Vec<_> = (0..slots).map(|_| tokio::task::spawn_local(connection(local.clone()))).collect();
         let tick = tokio::task::spawn_local(ticker(local.clone()));
         let wait_all = async {
             for h in handles.iter_mut() {
@@ -540,7 +552,12 @@ fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::
     st.c.unfinished += local.inflight.get();
     let stats = Box::new(std::mem::replace(
         &mut *st,
-        ThreadStats { c: Counters::default(), corrected: stats::new_histogram(), service: stats::new_histogram(), end_ns: 0 },
+        ThreadStats {
+            c: Counters::default(),
+            corrected: stats::new_histogram(),
+            service: stats::new_histogram(),
+            end_ns: 0,
+        },
     ));
     let _ = local.tx.send(Msg::Done { thread, stats });
 }

@@ -66,7 +66,15 @@ impl Conn {
     pub async fn connect(addr: SocketAddr) -> Result<Conn, ErrorKind> {
         let stream = TcpStream::connect(addr).await.map_err(|e| classify_connect(&e))?;
         let _ = stream.set_nodelay(true);
-        Ok(Conn { stream, buf: vec![0; INITIAL_BUF], filled: 0, bytes_in: 0, response_bytes: 0, served: 0, uncounted: true })
+        Ok(Conn {
+            stream,
+            buf: vec![0; INITIAL_BUF],
+            filled: 0,
+            bytes_in: 0,
+            response_bytes: 0,
+            served: 0,
+            uncounted: true,
+        })
     }
 
     /// True after a failure on a kept-alive connection before any byte of the answer: the
@@ -152,7 +160,8 @@ impl Conn {
                                 }
                             }
                         }
-                        let framing = if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+                        let framing = if head_request || status == 204 || status == 304 || (100..200).contains(&status)
+                        {
                             Framing::None
                         } else if chunked {
                             Framing::Chunked
@@ -342,7 +351,10 @@ mod tests {
     #[test]
     fn chunked_bodies_decode_across_reads() {
         assert_eq!(decode(&[b"5\r\nhello\r\n0\r\n\r\n"]), Ok((true, 15)));
-        assert_eq!(decode(&[b"5\r", b"\nhel", b"lo\r\n", b"a;ext=1\r\n0123456789\r\n0\r\n", b"X-T: 1\r\n\r\n"]), Ok((true, 10)));
+        assert_eq!(
+            decode(&[b"5\r", b"\nhel", b"lo\r\n", b"a;ext=1\r\n0123456789\r\n0\r\n", b"X-T: 1\r\n\r\n"]),
+            Ok((true, 10))
+        );
         assert_eq!(decode(&[b"5\r\nhello\r\n0\r\n\r\nEXTRA"]), Ok((true, 15)));
         assert_eq!(decode(&[b"5\r\nhello\r\n"]), Ok((false, 10)));
         assert!(decode(&[b"zz\r\n"]).is_err());

@@ -95,8 +95,7 @@ fn parse_url(url: &str) -> Result<UrlParts<'_>, LoadError> {
 }
 
 fn is_token(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 /// What the user asked to send.
@@ -232,9 +231,9 @@ impl RequestPlan {
 }
 
 fn resolve(host: &str, port: u16) -> Result<SocketAddr, LoadError> {
-    let found = (host, port).to_socket_addrs().map_err(|e| {
-        LoadError::Input(format!("cannot resolve the host `{host}`: {}", e.to_string().to_lowercase()))
-    })?;
+    let found = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| LoadError::Input(format!("cannot resolve the host `{host}`: {}", e.to_string().to_lowercase())))?;
     let addrs: Vec<SocketAddr> = found.collect();
     addrs
         .iter()

@@ -105,13 +105,8 @@ pub fn render(r: &LoadResult) -> String {
         let _ = write!(sent, "; {} cut off by the interruption", r.unfinished);
     }
     let _ = writeln!(s, "{sent}");
-    let _ = writeln!(
-        s,
-        "  completed   {}   achieved {} over {:.2} s",
-        r.completed,
-        fmt_rate(r.achieved_rps),
-        r.elapsed_s
-    );
+    let _ =
+        writeln!(s, "  completed   {}   achieved {} over {:.2} s", r.completed, fmt_rate(r.achieved_rps), r.elapsed_s);
     if r.errors.total == 0 {
         let _ = writeln!(s, "  errors      0");
     } else {
@@ -134,7 +129,11 @@ pub fn render(r: &LoadResult) -> String {
     let _ = writeln!(s, "  transfer    {} sent, {} received", fmt_bytes(r.bytes_sent), fmt_bytes(r.bytes_received));
     // A server that closes kept-alive connections makes every request pay a new connection.
     if r.keep_alive && r.connections_opened > r.connections {
-        let _ = writeln!(s, "  connects    {} opened for {} connections: the server closed them, so requests paid for new ones", r.connections_opened, r.connections);
+        let _ = writeln!(
+            s,
+            "  connects    {} opened for {} connections: the server closed them, so requests paid for new ones",
+            r.connections_opened, r.connections
+        );
     }
     if let Some(rate) = r.target_rps {
         if r.completed > 0 && r.achieved_rps < 0.9 * rate && r.unsent > 0 {

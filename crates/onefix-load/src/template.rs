@@ -167,7 +167,10 @@ enum Gen {
 enum Seg {
     Lit(Box<[u8]>),
     /// A generated value, optionally remembered in a variable slot.
-    Gen { gen: Gen, bind: Option<usize> },
+    Gen {
+        gen: Gen,
+        bind: Option<usize>,
+    },
     /// The value of a variable slot.
     Ref(usize),
 }
@@ -254,7 +257,9 @@ impl Compiler {
             let name = trimmed[..eq].trim();
             if is_name(name) && !is_keyword(name) {
                 if self.vars.iter().any(|v| v == name) {
-                    return err(format!("the variable `{name}` is already defined: write `{{{{{name}}}}}` to repeat its value"));
+                    return err(format!(
+                        "the variable `{name}` is already defined: write `{{{{{name}}}}}` to repeat its value"
+                    ));
                 }
                 let words = tokenize(&trimmed[eq + 1..])?;
                 let gen = self.generator(&words, place)?;
@@ -309,9 +314,16 @@ impl Compiler {
                     [path] => (path, None),
                     [path, enc] => match Encoding::parse(enc) {
                         Some(e) => (path, Some(e)),
-                        None => return err(format!("`{enc}` is not an encoding (use hex, urlencode, base64 or base64url)")),
+                        None => {
+                            return err(format!("`{enc}` is not an encoding (use hex, urlencode, base64 or base64url)"))
+                        }
                     },
-                    _ => return err("`line` takes a file name and an optional encoding, as in `line names.txt urlencode`".to_string()),
+                    _ => {
+                        return err(
+                            "`line` takes a file name and an optional encoding, as in `line names.txt urlencode`"
+                                .to_string(),
+                        )
+                    }
                 };
                 let values = read_lines(Path::new(path), enc)?;
                 check_values(&values, place, &format!("a line of {path}"))?;
@@ -344,14 +356,17 @@ impl Compiler {
             }
             "pick" => {
                 let Some((k, inner)) = args.split_first() else {
-                    return err("`pick` takes a pool size and a generator, as in `pick 2000 bytes 20 urlencode`".to_string());
+                    return err(
+                        "`pick` takes a pool size and a generator, as in `pick 2000 bytes 20 urlencode`".to_string()
+                    );
                 };
                 let k: usize = parse_num(k, "the pool size of `pick`")?;
                 if k == 0 || k > MAX_POOL {
                     return err(format!("the pool size must be between 1 and {MAX_POOL}, not {k}"));
                 }
                 if inner.is_empty() {
-                    return err("`pick` needs a generator after the pool size, as in `pick 2000 bytes 20 urlencode`".to_string());
+                    return err("`pick` needs a generator after the pool size, as in `pick 2000 bytes 20 urlencode`"
+                        .to_string());
                 }
                 if matches!(inner[0].as_str(), "pick" | "seq") {
                     return err(format!("`pick` cannot draw from `{}`", inner[0]));
@@ -369,7 +384,9 @@ impl Compiler {
                     pool_bytes += buf.len();
                     // The first value's size times the pool size tells at once, for values of
                     // one size; the running total catches the rest.
-                    if pool_bytes > MAX_POOL_BYTES || (values.is_empty() && buf.len().saturating_mul(k) > MAX_POOL_BYTES) {
+                    if pool_bytes > MAX_POOL_BYTES
+                        || (values.is_empty() && buf.len().saturating_mul(k) > MAX_POOL_BYTES)
+                    {
                         return err(format!(
                             "the pool of `pick {k}` would hold more than {} MiB: use a smaller pool or shorter values",
                             MAX_POOL_BYTES >> 20
@@ -380,9 +397,7 @@ impl Compiler {
                 Gen::Choice(values)
             }
             other => {
-                return err(format!(
-                    "`{other}` is not a generator (use int, choice, line, bytes, uuid, seq or pick)"
-                ))
+                return err(format!("`{other}` is not a generator (use int, choice, line, bytes, uuid, seq or pick)"))
             }
         };
         Ok(gen)
@@ -475,14 +490,23 @@ fn check_values(values: &[Box<[u8]>], place: Place, what: &str) -> Result<(), Te
 }
 
 fn read_lines(path: &Path, enc: Option<Encoding>) -> Result<Vec<Box<[u8]>>, TemplateError> {
-    let cannot = |e: std::io::Error| TemplateError(format!("cannot read the file {}: {}", path.display(), e.to_string().to_lowercase()));
+    let cannot = |e: std::io::Error| {
+        TemplateError(format!("cannot read the file {}: {}", path.display(), e.to_string().to_lowercase()))
+    };
     // Read no more than a pool may hold: a device (`/dev/zero`) or a huge file is refused
     // instead of filling memory.
     let mut data = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(std::fs::File::open(path).map_err(cannot)?, MAX_POOL_BYTES as u64 + 1), &mut data)
-        .map_err(cannot)?;
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(std::fs::File::open(path).map_err(cannot)?, MAX_POOL_BYTES as u64 + 1),
+        &mut data,
+    )
+    .map_err(cannot)?;
     if data.len() > MAX_POOL_BYTES {
-        return err(format!("the file {} is larger than {} MiB: give a smaller file of values", path.display(), MAX_POOL_BYTES >> 20));
+        return err(format!(
+            "the file {} is larger than {} MiB: give a smaller file of values",
+            path.display(),
+            MAX_POOL_BYTES >> 20
+        ));
     }
     let mut values = Vec::new();
     for line in data.split(|&b| b == b'\n') {
@@ -728,8 +752,7 @@ mod tests {
         }
         assert_eq!(distinct.len(), 10);
         // The pool depends on the seed alone, not on other placeholders' draws.
-        let a: std::collections::HashSet<_> =
-            (0..500).map(|s| render("{{pick 5 int 1 1000000}}", s)).collect();
+        let a: std::collections::HashSet<_> = (0..500).map(|s| render("{{pick 5 int 1 1000000}}", s)).collect();
         let b: std::collections::HashSet<_> = (0..500)
             .map(|s| render("{{int 1 9}}-{{pick 5 int 1 1000000}}", s).split('-').nth(1).unwrap().to_string())
             .collect();

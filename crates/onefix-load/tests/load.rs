@@ -45,7 +45,7 @@ fn closed_loop_sends_exactly_the_requests_asked_for() {
     // Keep-alive: one connection per client connection.
     assert!(server.connections.load(Ordering::Relaxed) <= 5, "{}", server.connections.load(Ordering::Relaxed));
     // Every one but the reachability check's is counted, once.
-    assert_eq!(r.connections_opened, server.connections.load(Ordering::Relaxed) as u64 - 1);
+    assert_eq!(r.connections_opened, server.connections.load(Ordering::Relaxed) - 1);
     assert_eq!(r.status_codes.get("200"), Some(&2000));
     assert_eq!(r.mode, "closed");
     assert!(r.latency_ms.p50 > 0.0 && r.latency_ms.p50 <= r.latency_ms.p99 && r.latency_ms.p99 <= r.latency_ms.max);
@@ -217,7 +217,15 @@ fn kept_alive_connections_the_server_closed_are_replaced_without_an_error() {
 fn bad_statuses_are_errors_by_code() {
     let server = support::hyper_server(
         false,
-        Arc::new(|n, _| Box::pin(async move { if n % 10 == 0 { (503, "busy") } else { (200, "ok") } })),
+        Arc::new(|n, _| {
+            Box::pin(async move {
+                if n % 10 == 0 {
+                    (503, "busy")
+                } else {
+                    (200, "ok")
+                }
+            })
+        }),
     );
     let mut cfg = config(&server.url("/"));
     cfg.max_requests = Some(1000);
@@ -295,7 +303,8 @@ fn templates_draw_from_seeded_pools_the_same_way_every_run() {
     };
     let a = run_once(7);
     assert_eq!(a.len(), 600);
-    let field = |p: &str, name: &str| p.split(&format!("{name}=")).nth(1).unwrap().split('&').next().unwrap().to_string();
+    let field =
+        |p: &str, name: &str| p.split(&format!("{name}=")).nth(1).unwrap().split('&').next().unwrap().to_string();
     let hashes: HashSet<String> = a.values().map(|p| field(p, "info_hash")).collect();
     let peers: HashSet<String> = a.values().map(|p| field(p, "peer_id")).collect();
     assert_eq!(hashes.len(), 20);
@@ -314,7 +323,15 @@ fn the_json_result_matches_the_committed_schema() {
     let schema: serde_json::Value = serde_json::from_str(onefix_load::RESULT_SCHEMA).unwrap();
     let server = support::hyper_server(
         false,
-        Arc::new(|n, _| Box::pin(async move { if n % 50 == 0 { (500, "no") } else { (200, "ok") } })),
+        Arc::new(|n, _| {
+            Box::pin(async move {
+                if n % 50 == 0 {
+                    (500, "no")
+                } else {
+                    (200, "ok")
+                }
+            })
+        }),
     );
     let mut cfg = config(&server.url("/"));
     cfg.rate = Some(500.0);

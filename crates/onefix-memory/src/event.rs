@@ -13,7 +13,12 @@ pub struct PythonFrame {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
     /// A process started carrying the agent (start-up, exec, or fork).
-    Hello { rate_bytes: u64, ppid: u32, python: bool, forked: bool },
+    Hello {
+        rate_bytes: u64,
+        ppid: u32,
+        python: bool,
+        forked: bool,
+    },
     Alloc {
         addr: u64,
         size: u64,
@@ -27,9 +32,13 @@ pub enum Body {
         /// Return addresses, innermost first (when there are no Python frames).
         native: Vec<u64>,
     },
-    Free { addr: u64 },
+    Free {
+        addr: u64,
+    },
     /// The text of the process's /proc/self/maps, as it was when the agent started.
-    Maps { text: String },
+    Maps {
+        text: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -65,11 +65,15 @@ impl MemoryTracker {
         }
         // SAFETY: both fds are new and owned here.
         let (ours, theirs) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        for (fd, force, plain) in [(&theirs, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), (&ours, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)] {
+        for (fd, force, plain) in
+            [(&theirs, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF), (&ours, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF)]
+        {
             let size = CHANNEL_BYTES;
             let set = |opt| {
                 // SAFETY: setsockopt reads an int of the given size.
-                unsafe { libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, &size as *const _ as *const libc::c_void, 4) }
+                unsafe {
+                    libc::setsockopt(fd.as_raw_fd(), libc::SOL_SOCKET, opt, &size as *const _ as *const libc::c_void, 4)
+                }
             };
             if set(force) != 0 {
                 set(plain);
@@ -79,9 +83,23 @@ impl MemoryTracker {
         let timeout = libc::timeval { tv_sec: 0, tv_usec: 50_000 };
         // SAFETY: as above, with a timeval.
         unsafe {
-            libc::setsockopt(ours.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
+            libc::setsockopt(
+                ours.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &timeout as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
         }
-        Ok(MemoryTracker { opts, agent, ours: Some(ours), theirs: Some(theirs), stop: Arc::new(AtomicBool::new(false)), collector: None, drain: None })
+        Ok(MemoryTracker {
+            opts,
+            agent,
+            ours: Some(ours),
+            theirs: Some(theirs),
+            stop: Arc::new(AtomicBool::new(false)),
+            collector: None,
+            drain: None,
+        })
     }
 
     /// The private directory the agent is preloaded from (removed when the tracker is dropped).
@@ -96,7 +114,9 @@ impl MemoryTracker {
         if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
             preload = format!("{preload}:{}", old.to_string_lossy());
         }
-        cmd.env("LD_PRELOAD", preload).env("ONEFIX_MEMORY_FD", fd.to_string()).env("ONEFIX_MEMORY_RATE", self.opts.rate_bytes.to_string());
+        cmd.env("LD_PRELOAD", preload)
+            .env("ONEFIX_MEMORY_FD", fd.to_string())
+            .env("ONEFIX_MEMORY_RATE", self.opts.rate_bytes.to_string());
         if self.opts.python_malloc && std::env::var_os("PYTHONMALLOC").is_none() {
             cmd.env("PYTHONMALLOC", "malloc");
         }
@@ -244,7 +264,10 @@ struct Child {
 fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the command name in parentheses, which may itself hold spaces.
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_some_and(|st| st != 'Z' && st != 'X'),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|st| st != 'Z' && st != 'X'),
         Err(_) => false,
     }
 }
@@ -296,7 +319,8 @@ impl Collector {
         peaks.sort_unstable();
         self.info.children = peaks.len() as u64;
         self.info.children_peak_bytes = peaks.iter().map(|p| p.1).collect();
-        let mut exited: Vec<u32> = self.children.iter().filter(|(_, c)| c.exited_us.is_some()).map(|(&pid, _)| pid).collect();
+        let mut exited: Vec<u32> =
+            self.children.iter().filter(|(_, c)| c.exited_us.is_some()).map(|(&pid, _)| pid).collect();
         exited.sort_unstable();
         self.info.exited_children = exited;
     }
@@ -306,7 +330,13 @@ impl Collector {
         for key in gone {
             if let Some(l) = self.live.remove(&key) {
                 let state = ThreadState(ThreadState::FREED);
-                self.profile.push_sample(onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight });
+                self.profile.push_sample(onefix_model::Sample {
+                    time_us,
+                    thread: l.thread,
+                    stack: l.stack,
+                    state,
+                    weight: l.weight,
+                });
             }
         }
         if let Some(c) = self.children.get_mut(&pid) {
@@ -348,7 +378,8 @@ impl Collector {
                 if python.is_empty() {
                     self.symbolizer.frames(e.pid, &native, &mut self.frames);
                 } else {
-                    self.frames.extend(python.into_iter().map(|f| Frame::python(f.function, f.file, f.line.max(0) as u32)));
+                    self.frames
+                        .extend(python.into_iter().map(|f| Frame::python(f.function, f.file, f.line.max(0) as u32)));
                 }
                 self.ids.clear();
                 for f in self.frames.drain(..).rev() {
@@ -364,7 +395,13 @@ impl Collector {
                         c.peak_bytes = c.peak_bytes.max(c.live_bytes);
                     }
                 }
-                self.profile.push_sample(onefix_model::Sample { time_us, thread, stack, state: ThreadState::default(), weight });
+                self.profile.push_sample(onefix_model::Sample {
+                    time_us,
+                    thread,
+                    stack,
+                    state: ThreadState::default(),
+                    weight,
+                });
             }
             Body::Maps { text } => self.symbolizer.load_maps_text(e.pid, &text),
             Body::Free { addr } => {
@@ -374,7 +411,13 @@ impl Collector {
                         c.live_bytes = c.live_bytes.saturating_sub(l.weight as u64);
                     }
                     let state = ThreadState(ThreadState::FREED);
-                    self.profile.push_sample(onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight });
+                    self.profile.push_sample(onefix_model::Sample {
+                        time_us,
+                        thread: l.thread,
+                        stack: l.stack,
+                        state,
+                        weight: l.weight,
+                    });
                 }
             }
         }
@@ -392,7 +435,11 @@ pub struct ProcessMemory {
 pub fn read_rss(pid: u32) -> Option<ProcessMemory> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let field = |name: &str| {
-        status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb * 1024)
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
     };
     Some(ProcessMemory { rss_bytes: field("VmRSS:")?, peak_rss_bytes: field("VmHWM:")? })
 }

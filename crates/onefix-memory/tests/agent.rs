@@ -18,7 +18,12 @@ fn program() -> &'static PathBuf {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
         let out = dir.join("allocs");
         let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/allocs.c");
-        let ok = Command::new("cc").args(["-g", "-O0", "-fno-omit-frame-pointer", "-pthread", "-o"]).arg(&out).arg(&src).status().expect("cc runs");
+        let ok = Command::new("cc")
+            .args(["-g", "-O0", "-fno-omit-frame-pointer", "-pthread", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("cc runs");
         assert!(ok.success());
         out
     })
@@ -49,9 +54,12 @@ fn bytes_at(profile: &Profile, view: MemoryView, function: &str, pid: Option<u32
     let v = profile.memory_view(view);
     v.samples
         .iter()
-        .filter(|s| pid.is_none_or(|p| v.thread(s.thread).pid == p))
+        .filter(|s| pid.map_or(true, |p| v.thread(s.thread).pid == p))
         .filter(|s| {
-            v.stack_frames_leaf_first(s.stack).map(|f| v.frame(f)).find(|f| f.file.ends_with("allocs.c")).is_some_and(|f| f.function == function)
+            v.stack_frames_leaf_first(s.stack)
+                .map(|f| v.frame(f))
+                .find(|f| f.file.ends_with("allocs.c"))
+                .is_some_and(|f| f.function == function)
         })
         .map(|s| s.weight as f64)
         .sum()
@@ -94,9 +102,12 @@ fn a_forked_child_is_tracked_as_its_own_process() {
     let child_pid = p.threads().iter().map(|t| t.pid).find(|&q| q != pid).expect("samples from the child");
     let child = bytes_at(&p, MemoryView::Retained, "keep_blocks", Some(child_pid));
     assert!(child > parent * 1.4 && child < parent * 2.6, "child keeps 16 MiB, parent 8 MiB: {child} vs {parent}");
-    assert!(p.memory_view(MemoryView::Retained).samples.iter().filter(|s| p.thread(s.thread).pid == child_pid).any(|s| {
-        p.stack_frames_leaf_first(s.stack).any(|f| p.frame(f).function == "keep_in_child")
-    }));
+    assert!(p
+        .memory_view(MemoryView::Retained)
+        .samples
+        .iter()
+        .filter(|s| p.thread(s.thread).pid == child_pid)
+        .any(|s| { p.stack_frames_leaf_first(s.stack).any(|f| p.frame(f).function == "keep_in_child") }));
 }
 
 #[test]
@@ -126,7 +137,8 @@ fn without_onefix_the_agent_only_passes_calls_through() {
 
 /// Lines of allocs.py holding `marker`.
 fn py_line(marker: &str) -> u32 {
-    let src = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/allocs.py")).unwrap();
+    let src =
+        std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/allocs.py")).unwrap();
     src.lines().position(|l| l.contains(marker)).unwrap() as u32 + 1
 }
 
@@ -134,7 +146,12 @@ fn python_bytes_at(profile: &Profile, view: MemoryView, line: u32) -> f64 {
     let v = profile.memory_view(view);
     v.samples
         .iter()
-        .filter(|s| v.stack_frames_leaf_first(s.stack).map(|f| v.frame(f)).find(|f| f.file.ends_with("allocs.py")).is_some_and(|f| f.line == line))
+        .filter(|s| {
+            v.stack_frames_leaf_first(s.stack)
+                .map(|f| v.frame(f))
+                .find(|f| f.file.ends_with("allocs.py"))
+                .is_some_and(|f| f.line == line)
+        })
         .map(|s| s.weight as f64)
         .sum()
 }
@@ -168,7 +185,8 @@ fn a_rust_program_s_retaining_and_churning_sites() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let exe = dir.join("allocs_rs");
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/programs/allocs.rs");
-    let ok = Command::new("rustc").args(["-g", "-C", "opt-level=1", "-o"]).arg(&exe).arg(&src).status().expect("rustc runs");
+    let ok =
+        Command::new("rustc").args(["-g", "-C", "opt-level=1", "-o"]).arg(&exe).arg(&src).status().expect("rustc runs");
     assert!(ok.success());
     let mut tracker = MemoryTracker::new(MemoryOptions { rate_bytes: 16 * 1024, python_malloc: false }).unwrap();
     let mut cmd = Command::new(&exe);
@@ -182,7 +200,12 @@ fn a_rust_program_s_retaining_and_churning_sites() {
         let v = p.memory_view(view);
         v.samples
             .iter()
-            .filter(|s| v.stack_frames_leaf_first(s.stack).map(|f| v.frame(f)).find(|f| f.file.ends_with("allocs.rs")).is_some_and(|f| f.function.contains(name)))
+            .filter(|s| {
+                v.stack_frames_leaf_first(s.stack)
+                    .map(|f| v.frame(f))
+                    .find(|f| f.file.ends_with("allocs.rs"))
+                    .is_some_and(|f| f.function.contains(name))
+            })
             .map(|s| s.weight as f64)
             .sum()
     };
@@ -191,7 +214,16 @@ fn a_rust_program_s_retaining_and_churning_sites() {
         let v = p.memory_view(MemoryView::Retained);
         let mut s: Vec<_> = v.samples.clone();
         s.sort_by_key(|x| std::cmp::Reverse(x.weight));
-        s.iter().take(3).map(|x| format!("{} {:?}", x.weight, v.stack_frames_leaf_first(x.stack).take(5).map(|f| v.frame(f).label()).collect::<Vec<_>>())).collect()
+        s.iter()
+            .take(3)
+            .map(|x| {
+                format!(
+                    "{} {:?}",
+                    x.weight,
+                    v.stack_frames_leaf_first(x.stack).take(5).map(|f| v.frame(f).label()).collect::<Vec<_>>()
+                )
+            })
+            .collect()
     };
     assert!((6.0..=10.0).contains(&(kept / MIB)), "kept {:.2} MiB; top retained: {top:#?}", kept / MIB);
     assert!(churn_kept < kept * 0.02, "{churn_kept} vs {kept}");

@@ -9,9 +9,10 @@ mod profile;
 pub mod recording;
 mod tree;
 
-pub use profile::{
-    Frame, FrameId, FrameKind, INBOUND_WAIT_FRAME, Language, Meta, Mode, Profile, MERGE_SPAN_US, native_frame_can_start_stack, python_frame_can_start_stack, Sample, SamplingStats, StackId,
-    Target, TargetExit, ThreadId, ThreadInfo, ThreadState, WeightUnit,
-};
 pub use memory::{MemoryInfo, MemoryView, RssPoint};
+pub use profile::{
+    native_frame_can_start_stack, python_frame_can_start_stack, Frame, FrameId, FrameKind, Language, Meta, Mode,
+    Profile, Sample, SamplingStats, StackId, Target, TargetExit, ThreadId, ThreadInfo, ThreadState, WeightUnit,
+    INBOUND_WAIT_FRAME, MERGE_SPAN_US,
+};
 pub use tree::{CallTree, CallTreeNode, NodeId};

@@ -186,7 +186,8 @@ mod tests {
         let kept = p.intern_frame(Frame::python("keep", "a.py", 1));
         let freed = p.intern_frame(Frame::python("temp", "a.py", 2));
         let (ks, fs) = (p.intern_stack([kept]), p.intern_stack([freed]));
-        let alloc = |time_us, stack, weight| Sample { time_us, thread: t, stack, state: ThreadState::default(), weight };
+        let alloc =
+            |time_us, stack, weight| Sample { time_us, thread: t, stack, state: ThreadState::default(), weight };
         p.samples.push(alloc(0, ks, 100));
         p.samples.push(alloc(1, fs, 500));
         p.samples.push(Sample { state: ThreadState(ThreadState::FREED), ..alloc(2, fs, 500) });

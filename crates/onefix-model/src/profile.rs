@@ -33,13 +33,7 @@ pub struct Frame {
 
 impl Frame {
     pub fn python(function: impl Into<String>, file: impl Into<String>, line: u32) -> Frame {
-        Frame {
-            kind: FrameKind::Python,
-            function: function.into(),
-            file: file.into(),
-            line,
-            module: String::new(),
-        }
+        Frame { kind: FrameKind::Python, function: function.into(), file: file.into(), line, module: String::new() }
     }
 
     pub fn native(function: impl Into<String>, module: impl Into<String>) -> Frame {
@@ -63,7 +57,10 @@ impl Frame {
     /// Python's import machinery (`importlib._bootstrap`), which runs a module's top level
     /// once per process: a line under it is start-up, however often a short run saw it.
     pub fn is_import_machinery(&self) -> bool {
-        self.kind == FrameKind::Python && (self.file.starts_with("<frozen importlib._bootstrap") || self.file.ends_with("/importlib/_bootstrap.py") || self.file.ends_with("/importlib/_bootstrap_external.py"))
+        self.kind == FrameKind::Python
+            && (self.file.starts_with("<frozen importlib._bootstrap")
+                || self.file.ends_with("/importlib/_bootstrap.py")
+                || self.file.ends_with("/importlib/_bootstrap_external.py"))
     }
 
     /// `function (file:line)` with the file shortened to its last component, as profilers
@@ -95,14 +92,28 @@ pub fn native_frame_can_start_stack(function: &str) -> bool {
     // Go switches to the system stack (g0) in mcall, systemstack, morestack and asmcgocall: the
     // unwinder rightly stops there.
     const ROOTS: [&str; 14] = [
-        "_start", "__libc_start_main", "__libc_start_call_main", "start_thread", "clone", "__clone", "thread_start",
-        "runtime.goexit", "runtime.rt0_go", "runtime.mstart", "runtime.mcall", "runtime.systemstack", "runtime.morestack",
+        "_start",
+        "__libc_start_main",
+        "__libc_start_call_main",
+        "start_thread",
+        "clone",
+        "__clone",
+        "thread_start",
+        "runtime.goexit",
+        "runtime.rt0_go",
+        "runtime.mstart",
+        "runtime.mcall",
+        "runtime.systemstack",
+        "runtime.morestack",
         "runtime.asmcgocall",
     ];
     let base = function.strip_suffix(".abi0").unwrap_or(function);
     // Variants: __libc_start_main_impl, clone3, __clone_internal, runtime.mstart0.
-    ROOTS.iter().any(|r| base.strip_prefix(r).is_some_and(|rest| rest.is_empty() || rest.starts_with('_') || rest.starts_with(|c: char| c.is_ascii_digit())))
-        || base.ends_with("::thread_start")
+    ROOTS.iter().any(|r| {
+        base.strip_prefix(r).is_some_and(|rest| {
+            rest.is_empty() || rest.starts_with('_') || rest.starts_with(|c: char| c.is_ascii_digit())
+        })
+    }) || base.ends_with("::thread_start")
         || base.starts_with("runtime/cgo")
 }
 
@@ -212,7 +223,9 @@ impl Mode {
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WeightUnit {
     /// Each unit of weight is one sampling interval of this many microseconds (nominal).
-    Samples { interval_us: u64 },
+    Samples {
+        interval_us: u64,
+    },
     Bytes,
 }
 
@@ -313,10 +326,7 @@ pub const MERGE_SPAN_US: u64 = 100_000;
 
 impl Profile {
     pub fn new(meta: Meta) -> Profile {
-        Profile {
-            meta,
-            ..Profile::default()
-        }
+        Profile { meta, ..Profile::default() }
     }
 
     /// Moves every path under `from` to the same place under `to` (frames' files, the user's
@@ -416,11 +426,7 @@ impl Profile {
             return id;
         }
         let id = self.threads.len() as ThreadId;
-        self.threads.push(ThreadInfo {
-            pid,
-            tid,
-            name: name.map(str::to_owned),
-        });
+        self.threads.push(ThreadInfo { pid, tid, name: name.map(str::to_owned) });
         self.thread_index.insert((pid, tid), id);
         id
     }
@@ -449,10 +455,7 @@ impl Profile {
 
     /// Frames of a stack from the leaf (innermost) to the root.
     pub fn stack_frames_leaf_first(&self, stack: Option<StackId>) -> StackWalk<'_> {
-        StackWalk {
-            profile: self,
-            next: stack,
-        }
+        StackWalk { profile: self, next: stack }
     }
 
     /// Frames of a stack from the root to the leaf.
@@ -464,11 +467,7 @@ impl Profile {
 
     /// Total weight of the samples that count in `mode`.
     pub fn total_weight(&self, mode: Mode) -> u64 {
-        self.samples
-            .iter()
-            .filter(|s| mode.counts(s.state))
-            .map(|s| s.weight as u64)
-            .sum()
+        self.samples.iter().filter(|s| mode.counts(s.state)).map(|s| s.weight as u64).sum()
     }
 
     /// Seconds that one unit of weight stands for, for time profiles.
@@ -484,11 +483,7 @@ impl Profile {
         (self.frames.len(), self.stack_frame.len(), self.threads.len())
     }
     pub(crate) fn stacks_from(&self, start: usize) -> Vec<(Option<StackId>, FrameId)> {
-        self.stack_parent[start..]
-            .iter()
-            .copied()
-            .zip(self.stack_frame[start..].iter().copied())
-            .collect()
+        self.stack_parent[start..].iter().copied().zip(self.stack_frame[start..].iter().copied()).collect()
     }
     pub(crate) fn replace_thread_name(&mut self, id: ThreadId, name: Option<String>) {
         if let Some(info) = self.threads.get_mut(id as usize) {
@@ -516,7 +511,18 @@ mod tests {
 
     #[test]
     fn native_stack_roots_are_known_and_a_cut_short_stack_is_not_one() {
-        for root in ["_start", "__libc_start_main_impl", "start_thread", "runtime.systemstack", "runtime/cgo(.text)", "clone3", "__clone_internal", "runtime.goexit.abi0", "runtime.mstart0", "std::sys::pal::unix::thread::Thread::new::thread_start"] {
+        for root in [
+            "_start",
+            "__libc_start_main_impl",
+            "start_thread",
+            "runtime.systemstack",
+            "runtime/cgo(.text)",
+            "clone3",
+            "__clone_internal",
+            "runtime.goexit.abi0",
+            "runtime.mstart0",
+            "std::sys::pal::unix::thread::Thread::new::thread_start",
+        ] {
             assert!(native_frame_can_start_stack(root), "{root}");
         }
         for inner in ["build_trtable", "main", "0x7f00aa", "runtime.mallocgc", "restart_syscall"] {
@@ -568,7 +574,8 @@ mod tests {
         let u = p.intern_thread(1, 2, None);
         let f = p.intern_frame(Frame::python("f", "a.py", 1));
         let s = p.intern_stack([f]);
-        let at = |time_us, thread| Sample { time_us, thread, stack: s, state: ThreadState::new(true, false), weight: 1 };
+        let at =
+            |time_us, thread| Sample { time_us, thread, stack: s, state: ThreadState::new(true, false), weight: 1 };
         p.push_sample(at(0, t));
         p.push_sample(at(10_000, u));
         p.push_sample(at(20_000, t));

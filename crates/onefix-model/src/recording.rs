@@ -75,12 +75,7 @@ impl<W: Write> RecordingWriter<W> {
     pub fn new(mut out: W, meta: &Meta) -> io::Result<RecordingWriter<W>> {
         out.write_all(MAGIC)?;
         out.write_all(&FORMAT_VERSION.to_le_bytes())?;
-        let mut w = RecordingWriter {
-            out,
-            frames_done: 0,
-            stacks_done: 0,
-            threads_done: 0,
-        };
+        let mut w = RecordingWriter { out, frames_done: 0, stacks_done: 0, threads_done: 0 };
         w.chunk(TAG_META, meta)?;
         w.out.flush()?;
         Ok(w)
@@ -90,7 +85,11 @@ impl<W: Write> RecordingWriter<W> {
     /// written are taken out of the profile, which keeps only its tables in memory.
     pub fn write_batch(&mut self, profile: &mut Profile) -> io::Result<()> {
         let (frames, stacks, threads) = profile.table_lens();
-        if frames == self.frames_done && stacks == self.stacks_done && threads == self.threads_done && profile.samples.is_empty() {
+        if frames == self.frames_done
+            && stacks == self.stacks_done
+            && threads == self.threads_done
+            && profile.samples.is_empty()
+        {
             return Ok(());
         }
         let batch = BatchRef {
@@ -124,9 +123,7 @@ impl<W: Write> RecordingWriter<W> {
     }
 
     fn chunk<T: Serialize>(&mut self, tag: u8, value: &T) -> io::Result<()> {
-        let payload = codec()
-            .serialize(value)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let payload = codec().serialize(value).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         let mut head = [0u8; 9];
         head[0] = tag;
         head[1..5].copy_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -156,23 +153,14 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
         return Err(RecordingError::NotARecording);
     }
     if got < 12 {
-        return Err(RecordingError::Corrupt {
-            offset: got as u64,
-            what: "the file ends inside its header".into(),
-        });
+        return Err(RecordingError::Corrupt { offset: got as u64, what: "the file ends inside its header".into() });
     }
     let version = u32::from_le_bytes(header[8..12].try_into().unwrap());
     if version > FORMAT_VERSION {
-        return Err(RecordingError::NewerVersion {
-            found: version,
-            supported: FORMAT_VERSION,
-        });
+        return Err(RecordingError::NewerVersion { found: version, supported: FORMAT_VERSION });
     }
     if version == 0 {
-        return Err(RecordingError::Corrupt {
-            offset: 8,
-            what: "format version 0 does not exist".into(),
-        });
+        return Err(RecordingError::Corrupt { offset: 8, what: "format version 0 does not exist".into() });
     }
 
     let mut offset = 12u64;
@@ -217,7 +205,8 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
                 apply_batch(p, batch).map_err(corrupt)?;
             }
             (TAG_ATTACHMENT, Some(p)) => {
-                let (name, data): (String, Vec<u8>) = codec().deserialize(&payload).map_err(|e| corrupt(e.to_string()))?;
+                let (name, data): (String, Vec<u8>) =
+                    codec().deserialize(&payload).map_err(|e| corrupt(e.to_string()))?;
                 p.attachments.insert(name, data);
             }
             (TAG_END, Some(p)) => {
@@ -241,10 +230,7 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
             }
             Ok(Loaded { profile, complete })
         }
-        None => Err(RecordingError::Corrupt {
-            offset,
-            what: "the file ends before its metadata".into(),
-        }),
+        None => Err(RecordingError::Corrupt { offset, what: "the file ends before its metadata".into() }),
     }
 }
 
@@ -302,10 +288,7 @@ mod tests {
     use crate::profile::{Frame, ThreadState, MERGE_SPAN_US};
 
     fn sample_profile() -> Profile {
-        let mut p = Profile::new(Meta {
-            tool_version: "test".into(),
-            ..Meta::default()
-        });
+        let mut p = Profile::new(Meta { tool_version: "test".into(), ..Meta::default() });
         let t = p.intern_thread(10, 11, Some("MainThread"));
         let a = p.intern_frame(Frame::python("main", "/app/a.py", 3));
         let b = p.intern_frame(Frame::python("f", "/app/a.py", 7));

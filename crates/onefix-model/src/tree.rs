@@ -38,13 +38,7 @@ impl CallTree {
         stacks.sort_unstable_by_key(|(s, _)| s.map(|x| x as i64).unwrap_or(-1));
 
         let mut tree = CallTree {
-            nodes: vec![CallTreeNode {
-                frame: None,
-                parent: None,
-                children: Vec::new(),
-                total: 0,
-                self_weight: 0,
-            }],
+            nodes: vec![CallTreeNode { frame: None, parent: None, children: Vec::new(), total: 0, self_weight: 0 }],
         };
         let mut child_index: HashMap<(NodeId, FrameId), NodeId> = HashMap::new();
         for (stack, weight) in stacks {
@@ -91,11 +85,7 @@ impl CallTree {
 
     /// Every node with self weight, as (root-first frames, weight): the collapsed-stack view.
     pub fn leaves(&self) -> impl Iterator<Item = (NodeId, u64)> + '_ {
-        self.nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.self_weight > 0)
-            .map(|(i, n)| (i, n.self_weight))
+        self.nodes.iter().enumerate().filter(|(_, n)| n.self_weight > 0).map(|(i, n)| (i, n.self_weight))
     }
 }
 
@@ -114,13 +104,7 @@ mod tests {
         let s_f = p.intern_stack([main, f]);
         let s_fg = p.intern_stack([main, f, g]);
         for (stack, w) in [(s_f, 1), (s_fg, 3), (s_fg, 1)] {
-            p.samples.push(Sample {
-                time_us: 0,
-                thread: t,
-                stack,
-                state: ThreadState::new(true, true),
-                weight: w,
-            });
+            p.samples.push(Sample { time_us: 0, thread: t, stack, state: ThreadState::new(true, true), weight: w });
         }
         let tree = CallTree::build(&p, |_| true);
         assert_eq!(tree.root().total, 5);

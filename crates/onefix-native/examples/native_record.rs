@@ -48,7 +48,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let meta = Meta { rate_hz: opts.rate_hz, weight_unit: WeightUnit::Samples { interval_us: sampler.interval_us() }, ..Meta::default() };
+    let meta = Meta {
+        rate_hz: opts.rate_hz,
+        weight_unit: WeightUnit::Samples { interval_us: sampler.interval_us() },
+        ..Meta::default()
+    };
     let mut profile = Profile::new(meta);
     let start = Instant::now();
     let cpu0 = cpu_seconds_self();
@@ -62,7 +66,12 @@ fn main() {
     let cpu = cpu_seconds_self() - cpu0;
     let wall = start.elapsed().as_secs_f64();
     let exit = sampler.reap();
-    eprintln!("pid {pid} exit {exit:?}; {:.3} s wall; profiler CPU {:.3} s ({:.2}% of a core)", wall, cpu, 100.0 * cpu / wall);
+    eprintln!(
+        "pid {pid} exit {exit:?}; {:.3} s wall; profiler CPU {:.3} s ({:.2}% of a core)",
+        wall,
+        cpu,
+        100.0 * cpu / wall
+    );
     eprintln!("samples {} stats {:?}", profile.samples.len(), sampler.stats());
     for w in sampler.warnings() {
         eprintln!("warning: {w}");

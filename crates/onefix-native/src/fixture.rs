@@ -117,7 +117,16 @@ impl Capture {
         let keep_bytes = std::env::var("ONEFIX_NATIVE_CAPTURE_BYTES").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
         let goroutines = std::env::var_os("ONEFIX_NATIVE_CAPTURE_GOROUTINES").is_some_and(|v| v == "1");
         let every = if goroutines { 1 } else { 50 };
-        Some(Capture { path: path.into(), keep_bytes, every, max: 6, seen: 0, pid: None, goroutines, fixture: StackFixture::default() })
+        Some(Capture {
+            path: path.into(),
+            keep_bytes,
+            every,
+            max: 6,
+            seen: 0,
+            pid: None,
+            goroutines,
+            fixture: StackFixture::default(),
+        })
     }
 
     /// Keeps every `every`-th sample of the first process sampled, up to `max`.

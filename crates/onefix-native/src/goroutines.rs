@@ -83,10 +83,18 @@ pub struct Goroutine {
 impl Layout {
     /// Bytes from the start of a `runtime.g` that cover every field read.
     pub fn read_len(&self) -> u64 {
-        [self.g_stack_hi + 8, self.g_sched_sp + 8, self.g_sched_pc + 8, self.g_sched_bp + 8, self.g_status + 4, self.g_goid + 8, self.g_waitreason.map_or(0, |w| w + 1)]
-            .into_iter()
-            .max()
-            .unwrap_or(self.g_size)
+        [
+            self.g_stack_hi + 8,
+            self.g_sched_sp + 8,
+            self.g_sched_pc + 8,
+            self.g_sched_bp + 8,
+            self.g_status + 4,
+            self.g_goid + 8,
+            self.g_waitreason.map_or(0, |w| w + 1),
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(self.g_size)
     }
 }
 
@@ -103,12 +111,16 @@ impl GoRuntime {
         let symbol = |want: &str| obj.symbols().find(|s| s.name() == Ok(want)).map(|s| (s.address(), s.size()));
         let Some((allgs, _)) = symbol("runtime.allgs") else { return Ok(None) };
         let layout = read_layout(&obj, name)?;
-        let wait_reasons: Vec<String> = symbol("runtime.waitReasonStrings").map(|(addr, size)| read_string_array(&obj, addr, size)).unwrap_or_default();
+        let wait_reasons: Vec<String> = symbol("runtime.waitReasonStrings")
+            .map(|(addr, size)| read_string_array(&obj, addr, size))
+            .unwrap_or_default();
         let runtime_waits = wait_reasons
             .iter()
             .map(|r| {
                 let r = r.to_ascii_lowercase();
-                ["gc ", "garbage collection", "finalizer wait", "timer goroutine", "trace reader", "force gc"].iter().any(|m| r.contains(m))
+                ["gc ", "garbage collection", "finalizer wait", "timer goroutine", "trace reader", "force gc"]
+                    .iter()
+                    .any(|m| r.contains(m))
             })
             .collect();
         Ok(Some(GoRuntime { allgs, layout, wait_reasons, runtime_waits }))
@@ -123,19 +135,28 @@ impl GoRuntime {
         if read_memory(pid, &mut [(slice_at, &mut header[..])]) < header.len() {
             return Vec::new();
         }
-        let word = |b: &[u8], at: u64| b.get(at as usize..at as usize + 8).map(|s| u64::from_ne_bytes(s.try_into().unwrap()));
-        let (Some(array), Some(len)) = (word(&header, l.slice_array), word(&header, l.slice_len)) else { return Vec::new() };
+        let word =
+            |b: &[u8], at: u64| b.get(at as usize..at as usize + 8).map(|s| u64::from_ne_bytes(s.try_into().unwrap()));
+        let (Some(array), Some(len)) = (word(&header, l.slice_array), word(&header, l.slice_len)) else {
+            return Vec::new();
+        };
         let len = (len as usize).min(MAX_GOROUTINES);
         if array == 0 || len == 0 {
             return Vec::new();
         }
         let mut ptrs = vec![0u8; len * 8];
         let got = read_memory(pid, &mut [(array, &mut ptrs[..])]);
-        let addrs: Vec<u64> = ptrs[..got / 8 * 8].chunks_exact(8).map(|c| u64::from_ne_bytes(c.try_into().unwrap())).filter(|&a| a != 0).collect();
+        let addrs: Vec<u64> = ptrs[..got / 8 * 8]
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .filter(|&a| a != 0)
+            .collect();
         // Only the part of each g that holds the fields read.
         let size = (l.read_len() as usize).min(l.g_size as usize);
         let gs = read_records(pid, &addrs, size);
-        let u32_at = |b: &[u8], at: u64| b.get(at as usize..at as usize + 4).map(|s| u32::from_ne_bytes(s.try_into().unwrap())).unwrap_or(0);
+        let u32_at = |b: &[u8], at: u64| {
+            b.get(at as usize..at as usize + 4).map(|s| u32::from_ne_bytes(s.try_into().unwrap())).unwrap_or(0)
+        };
         addrs
             .iter()
             .zip(gs.chunks_exact(size))
@@ -206,7 +227,8 @@ fn read_records(pid: u32, addrs: &[u64], size: usize) -> Vec<u8> {
     let mut at = 0;
     while at < spans.len() {
         let upto = (at + IOV_MAX).min(spans.len());
-        let mut pieces: Vec<(u64, &mut [u8])> = spans[at..upto].iter().map(|s| s.0).zip(bufs[at..upto].iter_mut().map(|b| &mut b[..])).collect();
+        let mut pieces: Vec<(u64, &mut [u8])> =
+            spans[at..upto].iter().map(|s| s.0).zip(bufs[at..upto].iter_mut().map(|b| &mut b[..])).collect();
         let want: usize = pieces.iter().map(|p| p.1.len()).sum();
         let got = read_memory(pid, &mut pieces);
         // The kernel stops at the first span it cannot read: go on after it.
@@ -234,9 +256,22 @@ fn read_records(pid: u32, addrs: &[u64], size: usize) -> Vec<u8> {
 /// Reads each `(address, buffer)` piece of process `pid`'s memory; returns the bytes read (the
 /// kernel stops at the first piece it cannot read).
 pub fn read_memory(pid: u32, pieces: &mut [(u64, &mut [u8])]) -> usize {
-    let local: Vec<libc::iovec> = pieces.iter_mut().map(|(_, b)| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
-    let remote: Vec<libc::iovec> = pieces.iter().map(|(a, b)| libc::iovec { iov_base: *a as usize as *mut libc::c_void, iov_len: b.len() }).collect();
-    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, local.as_ptr(), local.len() as libc::c_ulong, remote.as_ptr(), remote.len() as libc::c_ulong, 0) };
+    let local: Vec<libc::iovec> =
+        pieces.iter_mut().map(|(_, b)| libc::iovec { iov_base: b.as_mut_ptr().cast(), iov_len: b.len() }).collect();
+    let remote: Vec<libc::iovec> = pieces
+        .iter()
+        .map(|(a, b)| libc::iovec { iov_base: *a as usize as *mut libc::c_void, iov_len: b.len() })
+        .collect();
+    let n = unsafe {
+        libc::process_vm_readv(
+            pid as libc::pid_t,
+            local.as_ptr(),
+            local.len() as libc::c_ulong,
+            remote.as_ptr(),
+            remote.len() as libc::c_ulong,
+            0,
+        )
+    };
     n.max(0) as usize
 }
 
@@ -295,7 +330,17 @@ fn read_layout(obj: &object::File, name: &str) -> Result<Layout, GoLayoutError> 
     let load = |id: gimli::SectionId| -> Result<std::borrow::Cow<[u8]>, gimli::Error> {
         Ok(obj.section_by_name(id.name()).and_then(|s| s.uncompressed_data().ok()).unwrap_or_default())
     };
-    for id in [gimli::SectionId::DebugInfo, gimli::SectionId::DebugAbbrev, gimli::SectionId::DebugStr, gimli::SectionId::DebugLineStr, gimli::SectionId::DebugStrOffsets, gimli::SectionId::DebugLine, gimli::SectionId::DebugRanges, gimli::SectionId::DebugRngLists, gimli::SectionId::DebugAddr] {
+    for id in [
+        gimli::SectionId::DebugInfo,
+        gimli::SectionId::DebugAbbrev,
+        gimli::SectionId::DebugStr,
+        gimli::SectionId::DebugLineStr,
+        gimli::SectionId::DebugStrOffsets,
+        gimli::SectionId::DebugLine,
+        gimli::SectionId::DebugRanges,
+        gimli::SectionId::DebugRngLists,
+        gimli::SectionId::DebugAddr,
+    ] {
         sections.insert(id, load(id).unwrap_or_default());
     }
     let empty: &[u8] = &[];
@@ -309,7 +354,11 @@ fn read_layout(obj: &object::File, name: &str) -> Result<Layout, GoLayoutError> 
         structs.get(ty).and_then(|(_, m)| m.get(field)).copied().ok_or_else(|| missing(&format!("{ty}.{field}")))
     };
     let g_size = structs.get("runtime.g").map(|s| s.0).filter(|&s| s > 0).ok_or_else(|| {
-        if structs.is_empty() { GoLayoutError::NoDwarf(name.to_owned()) } else { missing("the size of runtime.g") }
+        if structs.is_empty() {
+            GoLayoutError::NoDwarf(name.to_owned())
+        } else {
+            missing("the size of runtime.g")
+        }
     })?;
     let sched = member("runtime.g", "sched")?;
     let stack = member("runtime.g", "stack")?;

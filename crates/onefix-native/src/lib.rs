@@ -110,7 +110,10 @@ pub fn main_source_dir(exe: &Path) -> Option<std::path::PathBuf> {
         obj.symbols().filter(|s| s.address() != 0).find_map(|s| {
             let name = demangle(s.name().ok()?);
             let (krate, f) = name.split_once("::")?;
-            let own = f == "main" && !krate.is_empty() && !["std", "core", "alloc", "test"].contains(&krate) && krate.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            let own = f == "main"
+                && !krate.is_empty()
+                && !["std", "core", "alloc", "test"].contains(&krate)
+                && krate.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
             own.then(|| s.address())
         })
     };

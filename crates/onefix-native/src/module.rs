@@ -114,7 +114,8 @@ impl ModuleFile {
         // Go compresses (object decompresses it).
         let debug_frame = if eh_frame.is_none() { bytes(".debug_frame") } else { None };
         let fde_starts = eh_frame_hdr.as_ref().map(|(r, d)| fde_starts(r.start, d)).unwrap_or_default();
-        let debuglink = obj.gnu_debuglink().ok().flatten().map(|(link, _crc)| String::from_utf8_lossy(link).into_owned());
+        let debuglink =
+            obj.gnu_debuglink().ok().flatten().map(|(link, _crc)| String::from_utf8_lossy(link).into_owned());
         Some(ModuleFile {
             id,
             name: name.to_owned(),
@@ -143,11 +144,14 @@ impl ModuleFile {
     pub fn bias(&self, start: u64, pgoff: u64) -> u64 {
         let page = crate::perf::page_size() as u64;
         let matching = |exec_only: bool| {
-            self.segments
-                .iter()
-                .filter(|s| s.exec || !exec_only)
-                .find(|s| s.offset & !(page - 1) == pgoff)
-                .or_else(|| self.segments.iter().filter(|s| s.exec || !exec_only).find(|s| s.offset <= pgoff && pgoff < s.offset + s.filesz.max(1)))
+            self.segments.iter().filter(|s| s.exec || !exec_only).find(|s| s.offset & !(page - 1) == pgoff).or_else(
+                || {
+                    self.segments
+                        .iter()
+                        .filter(|s| s.exec || !exec_only)
+                        .find(|s| s.offset <= pgoff && pgoff < s.offset + s.filesz.max(1))
+                },
+            )
         };
         match matching(true).or_else(|| matching(false)) {
             // Page `pgoff` of the file holds svma `vaddr - (offset - pgoff)`.
@@ -212,14 +216,17 @@ impl ModuleFile {
         } else if let Some(loader) = loader {
             if let Ok(mut frames) = loader.find_frames(svma) {
                 while let Ok(Some(f)) = frames.next() {
-                    let function = f
-                        .function
-                        .as_ref()
-                        .and_then(|n| n.raw_name().ok())
-                        .map(|n| demangle(&n))
-                        .unwrap_or_default();
-                    let (file, line) = f.location.map(|l| (l.file.unwrap_or("").to_owned(), l.line.unwrap_or(0))).unwrap_or_default();
-                    out.push(Frame { kind: onefix_model::FrameKind::Native, function, file, line, module: self.name.clone() });
+                    let function =
+                        f.function.as_ref().and_then(|n| n.raw_name().ok()).map(|n| demangle(&n)).unwrap_or_default();
+                    let (file, line) =
+                        f.location.map(|l| (l.file.unwrap_or("").to_owned(), l.line.unwrap_or(0))).unwrap_or_default();
+                    out.push(Frame {
+                        kind: onefix_model::FrameKind::Native,
+                        function,
+                        file,
+                        line,
+                        module: self.name.clone(),
+                    });
                 }
             }
             symbol = loader.find_symbol(svma).map(demangle);
@@ -259,11 +266,17 @@ impl ModuleFile {
 fn fde_starts(hdr_svma: u64, hdr: &[u8]) -> Vec<u64> {
     const DW_EH_PE_UDATA4: u8 = 0x03;
     const DW_EH_PE_DATAREL_SDATA4: u8 = 0x3b;
-    let (Some(&version), Some(&ptr_enc), Some(&count_enc), Some(&table_enc)) = (hdr.first(), hdr.get(1), hdr.get(2), hdr.get(3)) else {
+    let (Some(&version), Some(&ptr_enc), Some(&count_enc), Some(&table_enc)) =
+        (hdr.first(), hdr.get(1), hdr.get(2), hdr.get(3))
+    else {
         return Vec::new();
     };
     // The eh_frame pointer is 4 bytes in every encoding linkers use (pcrel/udata4/sdata4).
-    if version != 1 || ptr_enc & 0x0f != 0x0b && ptr_enc & 0x0f != 0x03 || count_enc != DW_EH_PE_UDATA4 || table_enc != DW_EH_PE_DATAREL_SDATA4 {
+    if version != 1
+        || ptr_enc & 0x0f != 0x0b && ptr_enc & 0x0f != 0x03
+        || count_enc != DW_EH_PE_UDATA4
+        || table_enc != DW_EH_PE_DATAREL_SDATA4
+    {
         return Vec::new();
     }
     let word = |at: usize| hdr.get(at..at + 4).map(|b| i32::from_le_bytes(b.try_into().unwrap()));
@@ -319,7 +332,11 @@ impl ModuleCache {
                 return v.clone();
             }
             let id = self.bump();
-            let m = Arc::new(own_vdso().and_then(|img| ModuleFile::from_image(id, "[vdso]", &img)).unwrap_or_else(|| ModuleFile::unreadable(id, "[vdso]")));
+            let m = Arc::new(
+                own_vdso()
+                    .and_then(|img| ModuleFile::from_image(id, "[vdso]", &img))
+                    .unwrap_or_else(|| ModuleFile::unreadable(id, "[vdso]")),
+            );
             self.vdso = Some(m.clone());
             return m;
         }

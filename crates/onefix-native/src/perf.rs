@@ -156,13 +156,21 @@ impl Ring {
         let page = page_size();
         let map_len = (data_pages + 1) * page;
         let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), map_len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if base == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
         let header = base as *const b::perf_event_mmap_page;
-        let (mut data_offset, mut data_size) = unsafe { ((*header).data_offset as usize, (*header).data_size as usize) };
+        let (mut data_offset, mut data_size) =
+            unsafe { ((*header).data_offset as usize, (*header).data_size as usize) };
         if data_size == 0 {
             data_offset = page;
             data_size = data_pages * page;

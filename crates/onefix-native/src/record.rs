@@ -100,7 +100,17 @@ fn sample_id(rec: &[u8]) -> Option<(u32, u32, u64)> {
 /// Whether a record is of a kind [`parse`] reads (so a `None` from it means a malformed one).
 pub fn is_used_kind(rec: &[u8]) -> bool {
     let kind = rec.get(..4).map(|b| u32::from_ne_bytes(b.try_into().unwrap())).unwrap_or(0);
-    matches!(kind, RECORD_SAMPLE | RECORD_MMAP2 | RECORD_COMM | RECORD_FORK | RECORD_EXIT | RECORD_SWITCH | RECORD_LOST | RECORD_LOST_SAMPLES)
+    matches!(
+        kind,
+        RECORD_SAMPLE
+            | RECORD_MMAP2
+            | RECORD_COMM
+            | RECORD_FORK
+            | RECORD_EXIT
+            | RECORD_SWITCH
+            | RECORD_LOST
+            | RECORD_LOST_SAMPLES
+    )
 }
 
 /// Parses one record (header included). `None` for records this sampler does not use or
@@ -119,7 +129,8 @@ pub fn parse(rec: &[u8]) -> Option<Record> {
             let time = c.u64()?;
             let abi = c.u64()?;
             // In the order of perf::REGS_MASK's bits: DI, BP, SP, IP.
-            let (arg0, regs) = if abi != 0 { (Some(c.u64()?), Some([c.u64()?, c.u64()?, c.u64()?])) } else { (None, None) };
+            let (arg0, regs) =
+                if abi != 0 { (Some(c.u64()?), Some([c.u64()?, c.u64()?, c.u64()?])) } else { (None, None) };
             let size = c.u64()? as usize;
             let mut stack = Vec::new();
             if size > 0 {
@@ -169,7 +180,11 @@ pub fn parse(rec: &[u8]) -> Option<Record> {
             let tid = c.u32()?;
             let ptid = c.u32()?;
             let time = c.u64()?;
-            Some(if kind == RECORD_FORK { Record::Fork { pid, ppid, tid, ptid, time } } else { Record::Exit { pid, tid, time } })
+            Some(if kind == RECORD_FORK {
+                Record::Fork { pid, ppid, tid, ptid, time }
+            } else {
+                Record::Exit { pid, tid, time }
+            })
         }
         RECORD_SWITCH => {
             let (pid, tid, time) = sample_id(rec)?;
@@ -254,7 +269,17 @@ mod tests {
         let rec = header(RECORD_MMAP2, 2, &body);
         assert_eq!(
             parse(&rec),
-            Some(Record::Mmap2 { pid: 3, tid: 3, time: 99, start: 0x1000, len: 0x2000, pgoff: 0, ino: 42, prot: 5, path: "/bin/true".into() })
+            Some(Record::Mmap2 {
+                pid: 3,
+                tid: 3,
+                time: 99,
+                start: 0x1000,
+                len: 0x2000,
+                pgoff: 0,
+                ino: 42,
+                prot: 5,
+                path: "/bin/true".into()
+            })
         );
         let rec = header(RECORD_SWITCH, MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT, &sid(3, 4, 7));
         assert_eq!(parse(&rec), Some(Record::Switch { pid: 3, tid: 4, time: 7, out: true, preempt: true }));

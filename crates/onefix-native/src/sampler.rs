@@ -97,7 +97,10 @@ enum GoState {
     Unknown,
     /// Not a Go program, or one whose goroutines cannot be read (said in a warning).
     Absent,
-    Go { runtime: GoRuntime, bias: u64 },
+    Go {
+        runtime: GoRuntime,
+        bias: u64,
+    },
 }
 
 /// A waiting goroutine's stack, kept while its saved registers do not change.
@@ -314,7 +317,10 @@ impl NativeSampler {
     /// The executable mappings known for `pid` (start, end, path): for diagnosing tests.
     #[doc(hidden)]
     pub fn mappings(&self, pid: u32) -> Vec<(u64, u64, String)> {
-        self.spaces.get(&pid).map(|s| s.mappings().iter().map(|m| (m.start, m.end, m.module.name.clone())).collect()).unwrap_or_default()
+        self.spaces
+            .get(&pid)
+            .map(|s| s.mappings().iter().map(|m| (m.start, m.end, m.module.name.clone())).collect())
+            .unwrap_or_default()
     }
 
     /// Ends sampling: stops the events, then turns every record still buffered into samples,
@@ -412,7 +418,13 @@ impl NativeSampler {
 
     fn open_cpu_clock(&mut self, tid: u32, cpu: i32, enable_on_exec: bool) -> Result<OwnedFd, NativeError> {
         let tries: &[bool] = match self.exclude_kernel {
-            Some(x) => if x { &[true] } else { &[false] },
+            Some(x) => {
+                if x {
+                    &[true]
+                } else {
+                    &[false]
+                }
+            }
             // Sampling in the kernel too sees the time spent in system calls; unprivileged at
             // paranoid 2 only user mode is allowed.
             None => &[false, true],
@@ -452,7 +464,9 @@ impl NativeSampler {
                     match Ring::map(&fd, pages) {
                         Ok(r) => break r,
                         // Unprivileged users may lock only so much (perf_event_mlock_kb).
-                        Err(e) if pages > 8 && matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOMEM)) => pages /= 2,
+                        Err(e) if pages > 8 && matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOMEM)) => {
+                            pages /= 2
+                        }
                         Err(e) => return Err(NativeError::Os(e)),
                     }
                 };
@@ -505,7 +519,8 @@ impl NativeSampler {
                     if let (Some(c), Some(regs)) = (self.capture.as_mut().filter(|c| !c.goroutines), s.regs) {
                         if c.offer(s.pid, regs, &s.stack) {
                             let maps = self.spaces.get(&s.pid).map(|sp| sp.mappings()).unwrap_or_default();
-                            c.fixture.modules = maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
+                            c.fixture.modules =
+                                maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
                         }
                     }
                     let stack = self.stack_of(profile, &s);
@@ -534,7 +549,11 @@ impl NativeSampler {
                 if self.awaiting_exec == Some(pid) {
                     self.awaiting_exec = None;
                 }
-                if prot & libc::PROT_EXEC as u32 != 0 && !path.is_empty() && !path.starts_with("//anon") && path != "[vsyscall]" {
+                if prot & libc::PROT_EXEC as u32 != 0
+                    && !path.is_empty()
+                    && !path.starts_with("//anon")
+                    && path != "[vsyscall]"
+                {
                     let module = self.modules.get(pid, &path, ino);
                     self.spaces.entry(pid).or_default().map(start, start + len, pgoff, module);
                 }
@@ -586,7 +605,9 @@ impl NativeSampler {
                     }
                     self.stats.blocks += 1;
                     // The context-switch sample comes just before its switch record.
-                    let stack = sample.filter(|(t, _, _)| time.saturating_sub(*t) < 1_000_000).map(|(_, s, fd)| self.marked_if_inbound_wait(profile, pid, s, fd));
+                    let stack = sample
+                        .filter(|(t, _, _)| time.saturating_sub(*t) < 1_000_000)
+                        .map(|(_, s, fd)| self.marked_if_inbound_wait(profile, pid, s, fd));
                     if stack.is_none() {
                         self.stats.blocks_without_stack += 1;
                     }
@@ -603,9 +624,18 @@ impl NativeSampler {
     /// A stack blocked in a read of a connection the process accepted gets
     /// [`onefix_model::INBOUND_WAIT_FRAME`] as its leaf: the server waits for its client's next
     /// request, which is no cost of its own.
-    fn marked_if_inbound_wait(&mut self, profile: &mut Profile, pid: u32, stack: Option<StackId>, fd: Option<u64>) -> Option<StackId> {
+    fn marked_if_inbound_wait(
+        &mut self,
+        profile: &mut Profile,
+        pid: u32,
+        stack: Option<StackId>,
+        fd: Option<u64>,
+    ) -> Option<StackId> {
         let (Some(st), Some(fd)) = (stack, fd) else { return stack };
-        let reads = profile.stack_frames_leaf_first(Some(st)).next().is_some_and(|leaf| crate::sockets::reads_a_descriptor(&profile.frame(leaf).function));
+        let reads = profile
+            .stack_frames_leaf_first(Some(st))
+            .next()
+            .is_some_and(|leaf| crate::sockets::reads_a_descriptor(&profile.frame(leaf).function));
         // A descriptor is a small number; a pointer or a futex address is not.
         if !reads || fd > i32::MAX as u64 || !self.sockets.is_inbound(pid, fd) {
             return stack;
@@ -613,7 +643,8 @@ impl NativeSampler {
         *self.inbound_waits.entry(st).or_insert_with(|| {
             let mut frames: Vec<_> = profile.stack_frames_leaf_first(Some(st)).collect();
             frames.reverse();
-            frames.push(profile.intern_frame(onefix_model::Frame::native(onefix_model::INBOUND_WAIT_FRAME, "[kernel]")));
+            frames
+                .push(profile.intern_frame(onefix_model::Frame::native(onefix_model::INBOUND_WAIT_FRAME, "[kernel]")));
             profile.intern_stack(frames)
         })
     }
@@ -698,7 +729,10 @@ impl NativeSampler {
         // An address in no known mapping: a mapping made before sampling began, or one whose
         // record has not been read. /proc has it while the process lives (read at most every
         // MAPS_REREAD per process); unwind again with it.
-        if self.addrs.iter().any(|&a| space.find(a).is_none()) && space.maps_read.filter(|t| t.elapsed() < MAPS_REREAD).is_none() && process::exists(pid) {
+        if self.addrs.iter().any(|&a| space.find(a).is_none())
+            && space.maps_read.filter(|t| t.elapsed() < MAPS_REREAD).is_none()
+            && process::exists(pid)
+        {
             space.load_proc_maps(pid, &mut self.modules);
             self.stats.maps_reread += 1;
             self.addrs.clear();
@@ -748,7 +782,8 @@ impl NativeSampler {
             let Some(GoState::Go { runtime, bias }) = self.go.get(&pid) else { continue };
             let all = runtime.goroutines(pid, *bias);
             read += all.len() as u64;
-            let goroutines: Vec<Goroutine> = all.into_iter().filter(|g| g.is_waiting() && !runtime.is_runtime_wait(g.waitreason)).collect();
+            let goroutines: Vec<Goroutine> =
+                all.into_iter().filter(|g| g.is_waiting() && !runtime.is_runtime_wait(g.waitreason)).collect();
             self.stats.goroutine_scans += 1;
             for g in &goroutines {
                 let (thread, stack) = self.goroutine_stack(profile, pid, g);
@@ -757,7 +792,13 @@ impl NativeSampler {
                 }
                 // Merged with the goroutine's previous sample while it stays parked at the
                 // same place: memory per span of time, not per scan.
-                profile.push_sample(Sample { time_us: self.time_us(now), thread, stack, state: ThreadState::new(false, false), weight: weight.min(u32::MAX as u64) as u32 });
+                profile.push_sample(Sample {
+                    time_us: self.time_us(now),
+                    thread,
+                    stack,
+                    state: ThreadState::new(false, false),
+                    weight: weight.min(u32::MAX as u64) as u32,
+                });
                 self.stats.goroutine_samples += 1;
                 n += 1;
             }
@@ -795,7 +836,9 @@ impl NativeSampler {
         let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
         let Ok(name) = std::fs::read_link(&exe) else { return GoState::Absent };
         let name = name.display().to_string();
-        let Some(bias) = self.spaces.get(&pid).and_then(|s| s.mappings().iter().find(|m| m.module.name == name).map(|m| m.bias)) else {
+        let Some(bias) =
+            self.spaces.get(&pid).and_then(|s| s.mappings().iter().find(|m| m.module.name == name).map(|m| m.bias))
+        else {
             return GoState::Unknown;
         };
         match GoRuntime::from_file(&exe) {
@@ -875,7 +918,9 @@ fn map_open_error(e: io::Error, pid: u32) -> NativeError {
     match e.raw_os_error() {
         Some(libc::ESRCH) => NativeError::NoSuchProcess(pid),
         Some(libc::EMFILE) | Some(libc::ENFILE) => NativeError::TooManyFiles,
-        Some(libc::ENOENT) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => NativeError::Unsupported { detail: e.to_string() },
+        Some(libc::ENOENT) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
+            NativeError::Unsupported { detail: e.to_string() }
+        }
         Some(libc::EACCES) | Some(libc::EPERM) => {
             let euid = unsafe { libc::geteuid() };
             let owner = std::fs::metadata(format!("/proc/{pid}")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok();

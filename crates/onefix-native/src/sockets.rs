@@ -27,13 +27,21 @@ impl Sockets {
     /// closed, not a socket).
     pub fn is_inbound(&mut self, pid: u32, fd: u64) -> bool {
         let Ok(link) = std::fs::read_link(format!("/proc/{pid}/fd/{fd}")) else { return false };
-        let Some(inode) = link.to_str().and_then(|l| l.strip_prefix("socket:[")).and_then(|l| l.strip_suffix(']')).and_then(|n| n.parse::<u64>().ok()) else {
+        let Some(inode) = link
+            .to_str()
+            .and_then(|l| l.strip_prefix("socket:["))
+            .and_then(|l| l.strip_suffix(']'))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
             return false;
         };
         let tables = self.by_pid.entry(pid).or_default();
         let stale = !matches!(tables.read_at, Some(t) if t.elapsed() < REREAD);
         if !tables.known.contains(&inode) && stale {
-            let text: String = ["tcp", "tcp6"].iter().filter_map(|f| std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok()).collect();
+            let text: String = ["tcp", "tcp6"]
+                .iter()
+                .filter_map(|f| std::fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
+                .collect();
             (tables.known, tables.inbound) = accepted(&text);
             tables.read_at = Some(Instant::now());
         }
@@ -66,7 +74,8 @@ fn accepted(text: &str) -> (HashSet<u64>, HashSet<u64>) {
 
 /// Whether a native function is a read from a file descriptor (the C library's wrappers).
 pub fn reads_a_descriptor(function: &str) -> bool {
-    let f = function.trim_start_matches('_').trim_start_matches("GI_").trim_start_matches('_').trim_start_matches("libc_");
+    let f =
+        function.trim_start_matches('_').trim_start_matches("GI_").trim_start_matches('_').trim_start_matches("libc_");
     matches!(f, "recv" | "recvfrom" | "recvmsg" | "read" | "read_nocancel" | "readv")
 }
 

@@ -88,7 +88,9 @@ impl AddressSpace {
     pub fn load_maps_text(&mut self, root_pid: Option<u32>, maps: &str, modules: &mut ModuleCache) {
         for line in maps.lines() {
             let mut parts = line.split_whitespace();
-            let (Some(range), Some(perms), Some(offset), Some(_dev), Some(inode)) = (parts.next(), parts.next(), parts.next(), parts.next(), parts.next()) else {
+            let (Some(range), Some(perms), Some(offset), Some(_dev), Some(inode)) =
+                (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+            else {
                 continue;
             };
             let path: String = parts.collect::<Vec<_>>().join(" ");
@@ -96,7 +98,12 @@ impl AddressSpace {
                 continue;
             }
             let Some((a, b)) = range.split_once('-') else { continue };
-            let (Ok(a), Ok(b), Ok(off), Ok(ino)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(offset, 16), inode.parse::<u64>()) else {
+            let (Ok(a), Ok(b), Ok(off), Ok(ino)) = (
+                u64::from_str_radix(a, 16),
+                u64::from_str_radix(b, 16),
+                u64::from_str_radix(offset, 16),
+                inode.parse::<u64>(),
+            ) else {
                 continue;
             };
             let module = match root_pid {

@@ -29,7 +29,9 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// The executable `name` runs, found on PATH as a shell would.
 pub fn resolve(name: &str) -> Option<PathBuf> {
     let is_exec = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file()) && CString::new(p.as_os_str().as_bytes()).is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
+        std::fs::metadata(p).is_ok_and(|m| m.is_file())
+            && CString::new(p.as_os_str().as_bytes())
+                .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0)
     };
     if name.contains('/') {
         let p = PathBuf::from(name);
@@ -98,7 +100,8 @@ impl Gate {
         let mut buf = [0u8; 4];
         let mut got = 0;
         while got < 4 {
-            let n = unsafe { libc::read(self.err_r.as_raw_fd(), buf[got..].as_mut_ptr() as *mut libc::c_void, 4 - got) };
+            let n =
+                unsafe { libc::read(self.err_r.as_raw_fd(), buf[got..].as_mut_ptr() as *mut libc::c_void, 4 - got) };
             if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }

@@ -67,7 +67,8 @@ impl Symbolizer {
             match space.find(addr) {
                 Some(m) => {
                     let svma = addr.wrapping_sub(m.bias);
-                    let frames = self.symbols.entry((m.module.id, svma)).or_insert_with(|| m.module.symbolize(svma).into());
+                    let frames =
+                        self.symbols.entry((m.module.id, svma)).or_insert_with(|| m.module.symbolize(svma).into());
                     out.extend(frames.iter().cloned());
                 }
                 None => out.push(Frame::native(format!("0x{addr:x}"), "")),

@@ -79,7 +79,12 @@ fn goroutine_stacks(name: &str) -> Vec<Vec<String>> {
     let stacks = fixture.symbolize(|path| path.ends_with(&format!("/{name}")).then(|| fixtures().join(name)));
     stacks
         .into_iter()
-        .map(|frames| frames.iter().map(|f| format!("{} {}:{}", f.function, f.file.rsplit('/').next().unwrap_or(""), f.line)).collect())
+        .map(|frames| {
+            frames
+                .iter()
+                .map(|f| format!("{} {}:{}", f.function, f.file.rsplit('/').next().unwrap_or(""), f.line))
+                .collect()
+        })
         .collect()
 }
 
@@ -89,23 +94,50 @@ fn go_goroutine_stacks_unwind_from_their_saved_registers() {
     // there, unwound through Go's compressed .debug_frame, named by its DWARF.
     let stacks = goroutine_stacks("wait_go");
     let park = ["runtime.gopark proc.go:364"];
-    let netpoll = ["runtime.netpollblock netpoll.go:526", "internal/poll.runtime_pollWait netpoll.go:305", "internal/poll.(*pollDesc).wait fd_poll_runtime.go:84", "internal/poll.(*pollDesc).waitRead fd_poll_runtime.go:89"];
+    let netpoll = [
+        "runtime.netpollblock netpoll.go:526",
+        "internal/poll.runtime_pollWait netpoll.go:305",
+        "internal/poll.(*pollDesc).wait fd_poll_runtime.go:84",
+        "internal/poll.(*pollDesc).waitRead fd_poll_runtime.go:89",
+    ];
     let join: Vec<&str> = park
         .iter()
         .copied()
-        .chain(["runtime.goparkunlock proc.go:369", "runtime.semacquire1 sema.go:150", "sync.runtime_Semacquire sema.go:62", "sync.(*WaitGroup).Wait waitgroup.go:139", "main.main wait_go.go:46", "runtime.main proc.go:250", "runtime.goexit asm_amd64.s:1594"])
+        .chain([
+            "runtime.goparkunlock proc.go:369",
+            "runtime.semacquire1 sema.go:150",
+            "sync.runtime_Semacquire sema.go:62",
+            "sync.(*WaitGroup).Wait waitgroup.go:139",
+            "main.main wait_go.go:46",
+            "runtime.main proc.go:250",
+            "runtime.goexit asm_amd64.s:1594",
+        ])
         .collect();
     let accept: Vec<&str> = park
         .iter()
         .chain(&netpoll)
         .copied()
-        .chain(["internal/poll.(*FD).Accept fd_unix.go:614", "net.(*netFD).accept fd_unix.go:172", "net.(*TCPListener).accept tcpsock_posix.go:142", "net.(*TCPListener).Accept tcpsock.go:288", "main.main.func1 wait_go.go:33", "runtime.goexit asm_amd64.s:1594"])
+        .chain([
+            "internal/poll.(*FD).Accept fd_unix.go:614",
+            "net.(*netFD).accept fd_unix.go:172",
+            "net.(*TCPListener).accept tcpsock_posix.go:142",
+            "net.(*TCPListener).Accept tcpsock.go:288",
+            "main.main.func1 wait_go.go:33",
+            "runtime.goexit asm_amd64.s:1594",
+        ])
         .collect();
     let read: Vec<&str> = park
         .iter()
         .chain(&netpoll)
         .copied()
-        .chain(["internal/poll.(*FD).Read fd_unix.go:167", "net.(*netFD).Read fd_posix.go:55", "net.(*conn).Read net.go:183", "main.waitForReply wait_go.go:22", "main.main.func2 wait_go.go:44", "runtime.goexit asm_amd64.s:1594"])
+        .chain([
+            "internal/poll.(*FD).Read fd_unix.go:167",
+            "net.(*netFD).Read fd_posix.go:55",
+            "net.(*conn).Read net.go:183",
+            "main.waitForReply wait_go.go:22",
+            "main.main.func2 wait_go.go:44",
+            "runtime.goexit asm_amd64.s:1594",
+        ])
         .collect();
     assert_eq!(stacks, vec![join, accept, read]);
 }
@@ -118,7 +150,10 @@ fn go_runtime_layout_is_read_from_dwarf_and_refused_without_it() {
     let l = &go.layout;
     // runtime.g of Go 1.19 on amd64: stack{lo, hi} first, sched (gobuf: sp, pc, g, ctxt, ret,
     // lr, bp) at 56, then atomicstatus and goid.
-    assert_eq!((l.g_size, l.g_stack_hi, l.g_sched_sp, l.g_sched_pc, l.g_sched_bp, l.g_status, l.g_goid), (392, 8, 56, 64, 104, 144, 152));
+    assert_eq!(
+        (l.g_size, l.g_stack_hi, l.g_sched_sp, l.g_sched_pc, l.g_sched_bp, l.g_status, l.g_goid),
+        (392, 8, 56, 64, 104, 144, 152)
+    );
     assert_eq!((l.slice_array, l.slice_len), (0, 8));
     assert_eq!(go.wait_reason(2), Some("IO wait"));
     assert!(go.is_runtime_wait(24), "{:?}", go.wait_reason(24));
@@ -128,7 +163,12 @@ fn go_runtime_layout_is_read_from_dwarf_and_refused_without_it() {
     // sentence that says how to fix it.
     let dir = tempfile::tempdir().unwrap();
     let stripped = dir.path().join("wait_go");
-    let ok = std::process::Command::new("objcopy").arg("--strip-debug").arg(&exe).arg(&stripped).status().is_ok_and(|s| s.success());
+    let ok = std::process::Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&exe)
+        .arg(&stripped)
+        .status()
+        .is_ok_and(|s| s.success());
     if !ok {
         eprintln!("skipped the stripped half: no objcopy");
         return;

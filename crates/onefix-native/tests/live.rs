@@ -32,7 +32,12 @@ fn run(cmd: &mut Command) {
 
 fn build_c(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let out = dir.join(name);
-    run(Command::new("gcc").args(["-O2", "-g", "-pthread"]).args(extra).arg(programs().join("hot_wait.c")).arg("-o").arg(&out));
+    run(Command::new("gcc")
+        .args(["-O2", "-g", "-pthread"])
+        .args(extra)
+        .arg(programs().join("hot_wait.c"))
+        .arg("-o")
+        .arg(&out));
     out
 }
 
@@ -196,7 +201,11 @@ fn rust_without_frame_pointers_gives_whole_stacks() {
     let p = &r.profile;
     assert_eq!(r.exit, Some(TargetExit::Code(0)));
     let (frontier, on_line) = top_frontier(p, Mode::Cpu, "hot_rust.rs");
-    assert_eq!((frontier.function.as_str(), frontier.line), ("hot_rust::hot", marked_line("hot_rust.rs", "HOT")), "{frontier:?}");
+    assert_eq!(
+        (frontier.function.as_str(), frontier.line),
+        ("hot_rust::hot", marked_line("hot_rust.rs", "HOT")),
+        "{frontier:?}"
+    );
     let cpu = p.total_weight(Mode::Cpu);
     assert!(on_line as f64 > 0.5 * cpu as f64, "{on_line} of {cpu}");
 
@@ -220,12 +229,19 @@ fn rust_without_frame_pointers_gives_whole_stacks() {
         }
     }
     assert!(in_hot > 100, "{in_hot}");
-    assert!(whole as f64 > 0.95 * in_hot as f64, "{whole} of {in_hot} whole; e.g. {example:?}; {:?} {:x?}", r.sampler.stats(), r.sampler.mappings(r.sampler.pid()));
+    assert!(
+        whole as f64 > 0.95 * in_hot as f64,
+        "{whole} of {in_hot} whole; e.g. {example:?}; {:?} {:x?}",
+        r.sampler.stats(),
+        r.sampler.mappings(r.sampler.pid())
+    );
 
     // The sleep is charged to `wait` at its line in wall mode.
     let sleep_line = marked_line("hot_rust.rs", "SLEEP");
-    let waiting = seconds(p, total_weight_under(p, Mode::Wall, |f| f.function == "hot_rust::wait" && f.line == sleep_line));
-    let blocked: Vec<(Vec<String>, u32)> = p.samples.iter().filter(|s| !s.state.active()).map(|s| (stack_names(p, s.stack), s.weight)).collect();
+    let waiting =
+        seconds(p, total_weight_under(p, Mode::Wall, |f| f.function == "hot_rust::wait" && f.line == sleep_line));
+    let blocked: Vec<(Vec<String>, u32)> =
+        p.samples.iter().filter(|s| !s.state.active()).map(|s| (stack_names(p, s.stack), s.weight)).collect();
     assert!((0.3..1.0).contains(&waiting), "slept {waiting} s; blocked samples {blocked:?} {:?}", r.sampler.stats());
 }
 
@@ -261,8 +277,16 @@ fn stripped_binaries_still_name_functions_or_give_module_and_address() {
     assert!(first.function.starts_with("0x"), "{first:?}");
     assert_eq!(first.module, exe_s);
     // Unwinding still goes through .eh_frame: libc's __libc_start_main is under it.
-    let sample = p.samples.iter().find(|s| s.stack.is_some_and(|st| p.frame(p.stack_frame(st)).function == first.function)).unwrap();
-    assert!(stack_names(&p, sample.stack).iter().any(|n| n.starts_with("__libc_start")), "{:?}", stack_names(&p, sample.stack));
+    let sample = p
+        .samples
+        .iter()
+        .find(|s| s.stack.is_some_and(|st| p.frame(p.stack_frame(st)).function == first.function))
+        .unwrap();
+    assert!(
+        stack_names(&p, sample.stack).iter().any(|n| n.starts_with("__libc_start")),
+        "{:?}",
+        stack_names(&p, sample.stack)
+    );
     let again = leaf_frame(&record(&[exe_s], &opts).profile);
     assert_eq!(again.function, first.function, "module-relative addresses do not move with ASLR");
 }
@@ -296,7 +320,8 @@ fn follows_child_processes() {
         .sum();
     assert!(seconds(p, in_child) > 0.2, "{} s in the child's hot", seconds(p, in_child));
     // The parent waits for the child: blocked in waitpid, in wall mode only.
-    let waiting = total_weight_under(p, Mode::Wall, |f| f.function == "main") - total_weight_under(p, Mode::Cpu, |f| f.function == "main");
+    let waiting = total_weight_under(p, Mode::Wall, |f| f.function == "main")
+        - total_weight_under(p, Mode::Cpu, |f| f.function == "main");
     assert!(seconds(p, waiting) > 0.2, "parent waited {} s", seconds(p, waiting));
 }
 
@@ -335,7 +360,11 @@ fn attaches_to_a_running_process_and_sees_it_end() {
     assert_eq!(sampler.reap(), None, "an attached process is not ours to reap");
     let (leaf, _) = top_leaf(&profile, Mode::Cpu);
     assert_eq!(leaf.function, "hot");
-    let s = profile.samples.iter().find(|s| s.state.active() && profile.frame(profile.stack_frame(s.stack.unwrap())).function == "hot").unwrap();
+    let s = profile
+        .samples
+        .iter()
+        .find(|s| s.state.active() && profile.frame(profile.stack_frame(s.stack.unwrap())).function == "hot")
+        .unwrap();
     let names = stack_names(&profile, s.stack);
     assert_eq!(names[0], "_start", "mappings read from /proc at attach: {names:?}");
 }
@@ -349,7 +378,11 @@ fn unprivileged_child() {
     assert_eq!(top_leaf(&r.profile, Mode::Cpu).0.function, "hot");
     let warnings = r.sampler.warnings();
     println!("WARNINGS {warnings:?}");
-    assert!(warnings.iter().any(|w| w.starts_with("off-CPU (blocked) time is not recorded") && w.contains("sysctl kernel.perf_event_paranoid=1")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(|w| w.starts_with("off-CPU (blocked) time is not recorded")
+            && w.contains("sysctl kernel.perf_event_paranoid=1")),
+        "{warnings:?}"
+    );
     assert_eq!(r.profile.total_weight(Mode::Wall), r.profile.total_weight(Mode::Cpu), "no blocked samples");
 }
 
@@ -389,7 +422,12 @@ fn go_unwinds_through_its_debug_frame_and_names_lines() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let exe = dir.path().join("hot_go");
-    run(Command::new("go").arg("build").arg("-o").arg(&exe).arg(programs().join("hot_go.go")).env("GOFLAGS", "-buildvcs=false"));
+    run(Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&exe)
+        .arg(programs().join("hot_go.go"))
+        .env("GOFLAGS", "-buildvcs=false"));
     let r = record(&[exe.to_str().unwrap()], &NativeOptions::default());
     let p = &r.profile;
     assert_eq!(r.exit, Some(TargetExit::Code(0)));
@@ -398,7 +436,9 @@ fn go_unwinds_through_its_debug_frame_and_names_lines() {
     let hot_line = marked_line("hot_go.go", "HOT");
     let in_hot = total_weight_under(p, Mode::Cpu, |f| f.function == "main.hot");
     // The loop's compare-and-branch belongs to the `for` line just above.
-    let on_lines = total_weight_under(p, Mode::Cpu, |f| f.function == "main.hot" && (f.line == hot_line || f.line + 1 == hot_line));
+    let on_lines = total_weight_under(p, Mode::Cpu, |f| {
+        f.function == "main.hot" && (f.line == hot_line || f.line + 1 == hot_line)
+    });
     assert!(on_lines as f64 > 0.9 * in_hot as f64, "{on_lines} of {in_hot}");
     // Whole stacks: runtime.main -> main.main -> main.compute -> main.hot.
     let mut whole = 0;
@@ -421,7 +461,14 @@ fn build_go(dir: &Path, name: &str, extra: &[&str]) -> Option<PathBuf> {
         return None;
     }
     let exe = dir.join(name);
-    run(Command::new("go").arg("build").args(extra).arg("-o").arg(&exe).arg(programs().join(format!("{name}.go"))).env("GOFLAGS", "-buildvcs=false").env("GO111MODULE", "off"));
+    run(Command::new("go")
+        .arg("build")
+        .args(extra)
+        .arg("-o")
+        .arg(&exe)
+        .arg(programs().join(format!("{name}.go")))
+        .env("GOFLAGS", "-buildvcs=false")
+        .env("GO111MODULE", "off"));
     Some(exe)
 }
 
@@ -454,7 +501,11 @@ fn go_goroutines_that_wait_are_charged_to_the_lines_that_wait() {
     // 600 ms of waiting, in cpu-clock periods of about 1 ms: no thread shows it, the
     // goroutine does, on its own virtual thread.
     let period_ms = r.sampler.interval_us() as f64 / 1000.0;
-    for (mark, what) in [("NETWAIT", "the read that waits for a reply"), ("JOIN", "the WaitGroup wait"), ("ACCEPT", "the server's Accept")] {
+    for (mark, what) in [
+        ("NETWAIT", "the read that waits for a reply"),
+        ("JOIN", "the WaitGroup wait"),
+        ("ACCEPT", "the server's Accept"),
+    ] {
         let line = marked_line("wait_go.go", mark);
         let (wall, on_goroutines) = weight_at_line(p, Mode::Wall, "wait_go.go", line);
         let waited_ms = wall as f64 * period_ms;
@@ -468,11 +519,20 @@ fn go_goroutines_that_wait_are_charged_to_the_lines_that_wait() {
     let stack = p
         .samples
         .iter()
-        .find(|s| !s.state.active() && p.stack_frames_leaf_first(s.stack).any(|f| p.frame(f).line == netwait && p.frame(f).file.ends_with("wait_go.go")))
+        .find(|s| {
+            !s.state.active()
+                && p.stack_frames_leaf_first(s.stack)
+                    .any(|f| p.frame(f).line == netwait && p.frame(f).file.ends_with("wait_go.go"))
+        })
         .map(|s| stack_names(p, s.stack))
         .expect("a sample at the read");
     assert_eq!(stack.first().map(String::as_str), Some("runtime.goexit"), "{stack:?}");
-    assert!(stack.iter().any(|f| f == "main.waitForReply") && stack.iter().any(|f| f == "internal/poll.(*FD).Read") && stack.last().is_some_and(|f| f.starts_with("runtime.gopark")), "{stack:?}");
+    assert!(
+        stack.iter().any(|f| f == "main.waitForReply")
+            && stack.iter().any(|f| f == "internal/poll.(*FD).Read")
+            && stack.last().is_some_and(|f| f.starts_with("runtime.gopark")),
+        "{stack:?}"
+    );
 }
 
 #[test]
@@ -483,7 +543,12 @@ fn a_go_binary_without_dwarf_is_sampled_and_says_why_goroutines_are_missing() {
     let r = record(&[exe.to_str().unwrap()], &NativeOptions::default());
     assert_eq!(r.exit, Some(TargetExit::Code(0)));
     let warnings = r.sampler.warnings();
-    assert!(warnings.iter().any(|w| w.starts_with("goroutines that wait are not shown:") && w.contains("has no DWARF type information")), "{warnings:?}");
+    assert!(
+        warnings.iter().any(
+            |w| w.starts_with("goroutines that wait are not shown:") && w.contains("has no DWARF type information")
+        ),
+        "{warnings:?}"
+    );
     assert_eq!(r.sampler.stats().goroutine_samples, 0);
 }
 
@@ -495,5 +560,9 @@ fn cpp_methods_are_demangled() {
     run(Command::new("g++").args(["-O2", "-g"]).arg(programs().join("hot_cpp.cpp")).arg("-o").arg(&exe));
     let r = record(&[exe.to_str().unwrap()], &NativeOptions { off_cpu: false, ..NativeOptions::default() });
     let (frontier, _) = top_frontier(&r.profile, Mode::Cpu, "hot_cpp.cpp");
-    assert_eq!((frontier.function.as_str(), frontier.line), ("shop::Basket::add_all", marked_line("hot_cpp.cpp", "HOT")), "{frontier:?}");
+    assert_eq!(
+        (frontier.function.as_str(), frontier.line),
+        ("shop::Basket::add_all", marked_line("hot_cpp.cpp", "HOT")),
+        "{frontier:?}"
+    );
 }

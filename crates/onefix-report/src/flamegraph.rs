@@ -24,13 +24,7 @@ pub struct FlamegraphOptions {
 /// the same bytes. A profile with nothing to draw in `mode` is an error (`InvalidData`) and
 /// writes nothing.
 pub fn write_flamegraph<W: Write>(w: W, profile: &Profile, mode: Mode, opts: &FlamegraphOptions) -> io::Result<()> {
-    let folded = folded_stacks(
-        profile,
-        mode,
-        &FoldedOptions {
-            thread_prefix: opts.thread_prefix,
-        },
-    );
+    let folded = folded_stacks(profile, mode, &FoldedOptions { thread_prefix: opts.thread_prefix });
     if folded.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -40,10 +34,8 @@ pub fn write_flamegraph<W: Write>(w: W, profile: &Profile, mode: Mode, opts: &Fl
     let lines: Vec<String> = folded.iter().map(|(stack, weight)| format!("{stack} {weight}")).collect();
 
     let mut options = Options::default();
-    options.title = opts
-        .title
-        .clone()
-        .unwrap_or_else(|| format!("onefix: {}", describe::command_line(&profile.meta.target)));
+    options.title =
+        opts.title.clone().unwrap_or_else(|| format!("onefix: {}", describe::command_line(&profile.meta.target)));
     options.subtitle = Some(subtitle(profile, mode));
     options.deterministic = true;
     let (colors, count_name) = match profile.meta.weight_unit {
@@ -68,12 +60,9 @@ pub fn write_flamegraph<W: Write>(w: W, profile: &Profile, mode: Mode, opts: &Fl
 fn subtitle(profile: &Profile, mode: Mode) -> String {
     let meta = &profile.meta;
     match meta.weight_unit {
-        WeightUnit::Samples { .. } => format!(
-            "{} time, {}, {}",
-            mode.as_str(),
-            describe::hertz(meta.rate_hz),
-            describe::seconds(meta.duration_s)
-        ),
+        WeightUnit::Samples { .. } => {
+            format!("{} time, {}, {}", mode.as_str(), describe::hertz(meta.rate_hz), describe::seconds(meta.duration_s))
+        }
         WeightUnit::Bytes => format!("allocated bytes, {}", describe::seconds(meta.duration_s)),
     }
 }

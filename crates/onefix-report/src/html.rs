@@ -268,7 +268,12 @@ fn memory(profile: &Profile) -> Option<Value> {
             .map(|points| {
                 points
                     .iter()
-                    .map(|p| serde_json::json!([p["time_us"].as_f64().unwrap_or(0.0) / 1e6, p["rss_bytes"].as_f64().unwrap_or(0.0) / 1e6]))
+                    .map(|p| {
+                        serde_json::json!([
+                            p["time_us"].as_f64().unwrap_or(0.0) / 1e6,
+                            p["rss_bytes"].as_f64().unwrap_or(0.0) / 1e6
+                        ])
+                    })
                     .collect()
             })
             .unwrap_or_default()
@@ -344,15 +349,14 @@ fn node(
 }
 
 fn timeline(profile: &Profile) -> Timeline {
-    let duration_s = profile
-        .meta
-        .duration_s
-        .max(profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0) as f64 / 1e6);
+    let duration_s =
+        profile.meta.duration_s.max(profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0) as f64 / 1e6);
     let bucket_s = (duration_s / MAX_BUCKETS as f64).max(MIN_BUCKET_S);
     // Rounded to the millisecond so the embedded data stays readable and stable.
     let bucket_s = (bucket_s * 1000.0).ceil() / 1000.0;
     let buckets = ((duration_s / bucket_s).floor() as usize + 1).min(MAX_BUCKETS + 1);
-    let mut rows: Vec<(u64, Vec<u64>, Vec<u64>)> = vec![(0, vec![0; buckets], vec![0; buckets]); profile.threads().len()];
+    let mut rows: Vec<(u64, Vec<u64>, Vec<u64>)> =
+        vec![(0, vec![0; buckets], vec![0; buckets]); profile.threads().len()];
     for s in &profile.samples {
         let b = ((s.time_us as f64 / 1e6 / bucket_s) as usize).min(buckets - 1);
         let row = &mut rows[s.thread as usize];
@@ -396,9 +400,8 @@ fn snippets(places: &[(&str, u32)], sources: &dyn SourceFiles) -> Vec<SourceSnip
         if line == 0 || out.iter().any(|s| s.file == file && s.line == line) {
             continue;
         }
-        let text = texts
-            .entry(file)
-            .or_insert_with(|| sources.read(file).map(|t| t.lines().map(str::to_owned).collect()));
+        let text =
+            texts.entry(file).or_insert_with(|| sources.read(file).map(|t| t.lines().map(str::to_owned).collect()));
         let Some(lines) = text else { continue };
         if line as usize > lines.len() {
             continue;
@@ -442,8 +445,7 @@ fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
             name,
             a: m.a,
             b: m.b,
-            c: m
-                .children
+            c: m.children
                 .into_iter()
                 .filter(|(_, c)| c.a >= min_a || c.b >= min_b)
                 .map(|(name, c)| finish(name, c, min_a, min_b))

@@ -168,11 +168,7 @@ pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &
             TargetExit::Unknown => ExitJson::Unknown,
         }),
         complete: opts.complete,
-        sampling: SamplingJson {
-            ticks: meta.stats.ticks,
-            errors: meta.stats.errors,
-            late: meta.stats.late,
-        },
+        sampling: SamplingJson { ticks: meta.stats.ticks, errors: meta.stats.errors, late: meta.stats.late },
     }
 }
 
@@ -199,12 +195,7 @@ fn finding_json(f: &Finding) -> FindingJson<'_> {
 }
 
 fn evidence_json(e: &Evidence) -> EvidenceJson<'_> {
-    EvidenceJson {
-        frame: &e.frame,
-        file: &e.file,
-        line: e.line,
-        share: share(e.share),
-    }
+    EvidenceJson { frame: &e.frame, file: &e.file, line: e.line, share: share(e.share) }
 }
 
 fn hot_line_json(h: &HotLine) -> HotLineJson<'_> {

@@ -29,8 +29,8 @@ mod top;
 
 pub use describe::signal_name;
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
-pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
 pub use folded::{escape_label, write_folded, FoldedOptions};
+pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
 pub use json::{write_json, JsonOptions};
 pub use pprof::write_pprof;
 pub use speedscope::write_speedscope;

@@ -118,7 +118,10 @@ pub fn write_speedscope<W: Write>(w: W, profile: &Profile, mode: Mode) -> io::Re
         samples.sort_by_key(|s| s.time_us); // stable: equal times keep recording order
         let runs = runs_of_equal_stacks(&samples);
         let total: u64 = runs.iter().map(|&(_, weight)| weight).sum();
-        if busiest.map_or(true, |(most, _)| total > most) {
+        // Not is_none_or: the workspace promises Rust 1.80.
+        #[allow(clippy::unnecessary_map_or)]
+        let busier = busiest.map_or(true, |(most, _)| total > most);
+        if busier {
             busiest = Some((total, profiles.len()));
         }
         let thread = &profile.threads()[thread_id];

@@ -31,12 +31,7 @@ pub struct TerminalOptions {
 
 impl Default for TerminalOptions {
     fn default() -> TerminalOptions {
-        TerminalOptions {
-            color: false,
-            complete: true,
-            max_findings: 3,
-            max_hot_lines: 10,
-        }
+        TerminalOptions { color: false, complete: true, max_findings: 3, max_hot_lines: 10 }
     }
 }
 
@@ -101,11 +96,7 @@ impl Summary<'_> {
             format!("allocations, {}", describe::bytes(self.diagnosis.total_weight))
         };
         let mut target = match meta.target.argv {
-            Some(_) => format!(
-                "{} — pid {}",
-                describe::command_line(&meta.target),
-                meta.target.pid
-            ),
+            Some(_) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
             None => format!("pid {} (attached)", meta.target.pid),
         };
         if let Some(exit) = &meta.exit {
@@ -125,11 +116,7 @@ impl Summary<'_> {
         }
         if self.diagnosis.idle_weight > 0 && self.diagnosis.total_weight > 0 {
             let idle = self.diagnosis.idle_weight as f64 / self.diagnosis.total_weight as f64;
-            context.push(format!(
-                "{} of {} was threads idle for want of work",
-                percent(idle),
-                self.time_name()
-            ));
+            context.push(format!("{} of {} was threads idle for want of work", percent(idle), self.time_name()));
         }
         if !context.is_empty() {
             lines.extend(wrap(&context.join("; "), "", ""));
@@ -188,25 +175,17 @@ impl Summary<'_> {
         let room = FINDING_SHARE_END.saturating_sub(lead.chars().count() + share.chars().count() + 2);
         let what = truncate_end(&source_or_function(f.code.as_deref(), &f.function), room);
         let pad = room.saturating_sub(what.chars().count()) + 2;
-        let mut lines = vec![format!(
-            "{}{}{}{}",
-            self.style.bold(&lead),
-            what,
-            " ".repeat(pad),
-            self.style.red(&share)
-        )];
+        let mut lines =
+            vec![format!("{}{}{}{}", self.style.bold(&lead), what, " ".repeat(pad), self.style.red(&share))];
 
         lines.extend(wrap(&f.why, &format!("{INDENT}{}: ", self.style.yellow(&f.kind)), INDENT));
         if !f.evidence.is_empty() {
-            let under: Vec<String> = f
-                .evidence
-                .iter()
-                .take(EVIDENCE_SHOWN)
-                .map(|e| format!("{} {}", e.frame, percent(e.share)))
-                .collect();
+            let under: Vec<String> =
+                f.evidence.iter().take(EVIDENCE_SHOWN).map(|e| format!("{} {}", e.frame, percent(e.share))).collect();
             lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT));
         }
-        let mut seen = format!("{INDENT}seen in {} of time windows: {}", percent(f.recurrence), recurrence_reading(f.recurrence));
+        let mut seen =
+            format!("{INDENT}seen in {} of time windows: {}", percent(f.recurrence), recurrence_reading(f.recurrence));
         if let Some(enclosing) = &f.enclosing_loop {
             seen = format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing));
         }
@@ -296,18 +275,9 @@ const FUNCTION_MAX: usize = 24;
 
 impl<'a> HotLineTable<'a> {
     fn new(rows: &[HotLine], cwd: Option<&'a str>, blocked_column: bool) -> HotLineTable<'a> {
-        let location_width = rows
-            .iter()
-            .map(|h| location(h, cwd).chars().count())
-            .max()
-            .unwrap_or(0)
-            .min(LOCATION_MAX);
-        let function_width = rows
-            .iter()
-            .map(|h| one_line(&h.function).chars().count())
-            .max()
-            .unwrap_or(0)
-            .min(FUNCTION_MAX);
+        let location_width = rows.iter().map(|h| location(h, cwd).chars().count()).max().unwrap_or(0).min(LOCATION_MAX);
+        let function_width =
+            rows.iter().map(|h| one_line(&h.function).chars().count()).max().unwrap_or(0).min(FUNCTION_MAX);
         let numbers_width = if blocked_column { 25 } else { 16 };
         let code_room = WIDTH.saturating_sub(2 + location_width + 2 + function_width + 2 + numbers_width);
         let longest_code = rows.iter().map(|h| code(h).chars().count()).max().unwrap_or(0);

@@ -6,12 +6,18 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
-#[command(name = "onefix", version, about = "Profile a program and name the one line that makes it slow, why, and the fix")]
+#[command(
+    name = "onefix",
+    version,
+    about = "Profile a program and name the one line that makes it slow, why, and the fix"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
+// Parsed once and moved into its command: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
     /// Sample a program (spawned with `-- CMD...` or attached with --pid) and report findings.
@@ -271,14 +277,14 @@ fn parse_load_spec(s: &str) -> Result<LoadSpec, String> {
         let last = words.last().map(String::as_str).unwrap_or("");
         open = last.matches("{{").count() > last.matches("}}").count();
     }
-    LoadSpecParser::try_parse_from(std::iter::once("--load".to_owned()).chain(words))
-        .map(|p| LoadSpec(p.args))
-        .map_err(|e| {
+    LoadSpecParser::try_parse_from(std::iter::once("--load".to_owned()).chain(words)).map(|p| LoadSpec(p.args)).map_err(
+        |e| {
             // clap's own message, without its usage lines: one sentence.
             let text = e.render().to_string();
             let first = text.lines().next().unwrap_or("").trim_start_matches("error: ").to_owned();
             format!("in the load: {first}")
-        })
+        },
+    )
 }
 
 /// Requests per second, or `None` for `max`.

@@ -46,10 +46,15 @@ pub enum OutputError {
 pub enum Dest {
     Stdout,
     /// A character device, FIFO or socket, reached directly or through a link.
-    Stream { path: PathBuf, kind: StreamKind },
+    Stream {
+        path: PathBuf,
+        kind: StreamKind,
+    },
     /// A regular file (existing or not); `at` is the path renamed onto: a link's target when
     /// the user's path is a link.
-    File { at: PathBuf },
+    File {
+        at: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,14 +81,20 @@ pub fn check(path: &Path, what: &'static str, stdout_ok: bool) -> Result<Output,
     let refuse = |why: String| OutputError::Refused { what, path: path.display().to_string(), why };
     if path.as_os_str() == "-" {
         if !stdout_ok {
-            return Err(refuse("the standard output (`-`) takes only text and JSON outputs; give a file's path".into()));
+            return Err(refuse(
+                "the standard output (`-`) takes only text and JSON outputs; give a file's path".into(),
+            ));
         }
         return Ok(Output { what, shown: path.into(), dest: Dest::Stdout, temp: None });
     }
     let dest = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            let target = std::fs::canonicalize(path)
-                .map_err(|_| refuse("it is a symbolic link to nothing (onefix writes through a link only to an existing regular file)".into()))?;
+            let target = std::fs::canonicalize(path).map_err(|_| {
+                refuse(
+                    "it is a symbolic link to nothing (onefix writes through a link only to an existing regular file)"
+                        .into(),
+                )
+            })?;
             let meta = std::fs::metadata(&target).map_err(|e| refuse(e.to_string()))?;
             match kind_of(&meta) {
                 Some(Kind::Regular) => {
@@ -93,15 +104,26 @@ pub fn check(path: &Path, what: &'static str, stdout_ok: bool) -> Result<Output,
                     Dest::File { at: target }
                 }
                 Some(Kind::Stream(kind)) => Dest::Stream { path: path.into(), kind },
-                Some(Kind::Directory) => return Err(refuse(format!("it links to the directory {}; give a file's path", target.display()))),
-                None => return Err(refuse(format!("it links to {}, which is not a regular file, device, FIFO or socket", target.display()))),
+                Some(Kind::Directory) => {
+                    return Err(refuse(format!("it links to the directory {}; give a file's path", target.display())))
+                }
+                None => {
+                    return Err(refuse(format!(
+                        "it links to {}, which is not a regular file, device, FIFO or socket",
+                        target.display()
+                    )))
+                }
             }
         }
         Ok(meta) => match kind_of(&meta) {
             Some(Kind::Regular) => Dest::File { at: path.into() },
             Some(Kind::Stream(kind)) => Dest::Stream { path: path.into(), kind },
             Some(Kind::Directory) => return Err(refuse("it is a directory; give a file's path".into())),
-            None => return Err(refuse("it is a block device; give a regular file, a character device, a FIFO or a socket".into())),
+            None => {
+                return Err(refuse(
+                    "it is a block device; give a regular file, a character device, a FIFO or a socket".into(),
+                ))
+            }
         },
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let dir = parent_of(path);
@@ -292,7 +314,13 @@ impl TempFile {
     pub fn beside(dest: &Path) -> io::Result<TempFile> {
         let dir = parent_of(dest);
         let base = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "output".into());
-        let (file, named) = match std::fs::OpenOptions::new().write(true).read(true).custom_flags(libc::O_TMPFILE).mode(0o666).open(&dir) {
+        let (file, named) = match std::fs::OpenOptions::new()
+            .write(true)
+            .read(true)
+            .custom_flags(libc::O_TMPFILE)
+            .mode(0o666)
+            .open(&dir)
+        {
             Ok(f) => (f, None),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR | libc::EINVAL)) => {
                 create_new_named(&dir, |n| format!(".{base}.{}.{n}.onefix-tmp", std::process::id()))?
@@ -320,9 +348,12 @@ impl TempFile {
                 let mut linked = None;
                 for n in 0..100 {
                     let name = self.dir.join(format!(".onefix-tmp.{}.{n}", std::process::id()));
-                    let c = CString::new(name.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+                    let c = CString::new(name.as_os_str().as_bytes())
+                        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
                     // SAFETY: linkat(2) with two NUL-terminated paths.
-                    let r = unsafe { libc::linkat(libc::AT_FDCWD, proc.as_ptr(), libc::AT_FDCWD, c.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+                    let r = unsafe {
+                        libc::linkat(libc::AT_FDCWD, proc.as_ptr(), libc::AT_FDCWD, c.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+                    };
                     if r == 0 {
                         linked = Some(name);
                         break;
@@ -340,7 +371,6 @@ impl TempFile {
         self.named = None;
         Ok(())
     }
-
 }
 
 impl Write for TempFile {
@@ -404,7 +434,8 @@ impl StreamWriter {
             let mut waited = false;
             loop {
                 // No O_CREAT, no O_TRUNC: the file is written as it is.
-                let r = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path);
+                let r =
+                    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path);
                 match r {
                     Ok(f) => break StreamOut::File(f),
                     // A FIFO with no reader yet: wait for one, as a blocking open would.
@@ -414,7 +445,10 @@ impl StreamWriter {
                             waited = true;
                         }
                         if SIGNALS.load(Ordering::Relaxed) != signals_at_open {
-                            return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted while waiting for a reader"));
+                            return Err(io::Error::new(
+                                io::ErrorKind::Interrupted,
+                                "interrupted while waiting for a reader",
+                            ));
                         }
                         std::thread::sleep(Duration::from_millis(50));
                     }
@@ -443,7 +477,10 @@ impl Write for StreamWriter {
             match r {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if SIGNALS.load(Ordering::Relaxed) != self.signals_at_open {
-                        return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted while the reader was not reading"));
+                        return Err(io::Error::new(
+                            io::ErrorKind::Interrupted,
+                            "interrupted while the reader was not reading",
+                        ));
                     }
                     let mut pfd = libc::pollfd { fd: self.fd(), events: libc::POLLOUT, revents: 0 };
                     // SAFETY: poll(2) on one valid descriptor.
@@ -480,8 +517,14 @@ impl RecordingFile {
             Some(Dest::File { at }) => {
                 let dir = parent_of(at);
                 let base = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                let (file, path) = create_new_named(&dir, |n| if n == 0 { format!("{base}.partial") } else { format!("{base}.{n}.partial") })
-                    .map_err(|e| refused(dest.as_ref(), e))?;
+                let (file, path) = create_new_named(&dir, |n| {
+                    if n == 0 {
+                        format!("{base}.partial")
+                    } else {
+                        format!("{base}.{n}.partial")
+                    }
+                })
+                .map_err(|e| refused(dest.as_ref(), e))?;
                 let m = file.metadata().map_err(|e| refused(dest.as_ref(), e))?;
                 (file, path.map(|p| (p, (m.dev(), m.ino()))))
             }

@@ -4,7 +4,7 @@
 //! bound against the concurrent version's measured speedup) is measured in the same run.
 
 mod common;
-use common::{Scratch, line_of, repo};
+use common::{line_of, repo, Scratch};
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -18,7 +18,6 @@ use serde_json::Value;
 fn program() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/asyncio/fetch_many.py")
 }
-
 
 /// A kept-alive HTTP/1.1 server on 127.0.0.1 that answers each request after `delay` with a
 /// 8 KiB body, a thread per connection, as a slow backend would. Stops accepting when dropped.
@@ -57,7 +56,8 @@ impl SlowServer {
                             }
                         }
                         std::thread::sleep(delay);
-                        let mut reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+                        let mut reply =
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
                         reply.extend_from_slice(&body);
                         // One write: a head and a body sent apart wait for a delayed ACK (Nagle).
                         if out.write_all(&reply).is_err() {
@@ -112,7 +112,8 @@ fn recorded(s: &Scratch, python: &str, port: u16, n: u32, rounds: u32, mode: &st
     assert!(out.status.success(), "onefix failed: {stderr}");
     // The program's own line on stdout says how long its rounds took.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().find(|l| l.starts_with("{\"mode\"")).unwrap_or_else(|| panic!("no timing line: {stdout}"));
+    let line =
+        stdout.lines().find(|l| l.starts_with("{\"mode\"")).unwrap_or_else(|| panic!("no timing line: {stdout}"));
     let seconds = serde_json::from_str::<Value>(line).unwrap()["seconds"].as_f64().unwrap();
     (serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(), stderr, seconds)
 }
@@ -139,7 +140,11 @@ fn serial_awaits_found_and_bound_measured(python: &str) {
         let f = &serial["findings"][0];
         assert_eq!(f["kind"], "serial-io", "{serial:#}\n{stderr}");
         assert_eq!(f["line"], line_of(&file, "for path in paths:"), "{serial:#}");
-        assert_eq!(f["evidence"][0]["line"], line_of(&file, "head = await reader.readuntil("), "the await that waits: {serial:#}");
+        assert_eq!(
+            f["evidence"][0]["line"],
+            line_of(&file, "head = await reader.readuntil("),
+            "the await that waits: {serial:#}"
+        );
         assert!(waits_percent(&serial, "were charged to the one await outstanding") >= 50.0, "{serial:#}");
         let bound = f["max_speedup"].as_f64().expect("a bound");
 
@@ -147,7 +152,8 @@ fn serial_awaits_found_and_bound_measured(python: &str) {
         let mut gather_s = 0.0;
         for &mode in modes {
             let (concurrent, stderr, seconds) = recorded(&s, python, server.port, n, rounds, mode);
-            let serial_io: Vec<&Value> = concurrent["findings"].as_array().unwrap().iter().filter(|x| x["kind"] == "serial-io").collect();
+            let serial_io: Vec<&Value> =
+                concurrent["findings"].as_array().unwrap().iter().filter(|x| x["kind"] == "serial-io").collect();
             assert!(serial_io.is_empty(), "{mode}: {concurrent:#}\n{stderr}");
             // (Here the loop is busy most of the time: it waits in only a few samples, too few
             // for their split in the asyncio note to mean anything; the merge's handling of
@@ -168,7 +174,10 @@ fn serial_awaits_found_and_bound_measured(python: &str) {
 
 /// The one-minute load average and the number of CPUs.
 fn load_and_cores() -> (f64, f64) {
-    let load = std::fs::read_to_string("/proc/loadavg").ok().and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(0.0);
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
     (load, cores)
 }
@@ -187,7 +196,10 @@ fn serial_awaits_on_each_installed_cpython() {
     let mut found = 0;
     for minor in ["3.12", "3.13"] {
         let Some(dir) = std::fs::read_dir(root).ok().and_then(|d| {
-            d.flatten().map(|e| e.path()).filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{minor}.")))).max()
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(&format!("{minor}."))))
+                .max()
         }) else {
             eprintln!("no CPython {minor} here: skipped");
             continue;
@@ -211,7 +223,12 @@ fn the_token_updater_fixed_charges_its_waits_to_the_await() {
         s.path("fixed.onefix").display(),
         json.display()
     );
-    let out = Command::new(repo().join("lab/token-updater/run")).arg("fixed").env("PROFILER", &profiler).env("TOKENS", "1000").output().unwrap();
+    let out = Command::new(repo().join("lab/token-updater/run"))
+        .arg("fixed")
+        .env("PROFILER", &profiler)
+        .env("TOKENS", "1000")
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -237,7 +254,10 @@ fn notes(report: &Value) -> String {
 /// follows it ("were charged to the one await outstanding", "overlapped two or more awaits").
 fn waits_percent(report: &Value, what: &str) -> f64 {
     let all = notes(report);
-    let line = all.lines().find(|l| l.contains("of the event loop's waits")).unwrap_or_else(|| panic!("no asyncio note: {all}"));
+    let line = all
+        .lines()
+        .find(|l| l.contains("of the event loop's waits"))
+        .unwrap_or_else(|| panic!("no asyncio note: {all}"));
     let before = line.split(&format!("% {what}")).next().unwrap();
     before.rsplit(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"))
 }
@@ -284,7 +304,13 @@ fn merged_samples_make_serial_io_only_when_one_await_is_outstanding() {
             if !merge.charge(&mut p, &sample, now, tick * 10_000) {
                 let ids: Vec<_> = frames.iter().map(|f| p.intern_frame(f.clone())).collect();
                 let stack = p.intern_stack(ids);
-                p.push_sample(Sample { time_us: tick * 10_000, thread: loop_thread, stack, state: ThreadState::new(active, active), weight: 1 });
+                p.push_sample(Sample {
+                    time_us: tick * 10_000,
+                    thread: loop_thread,
+                    stack,
+                    state: ThreadState::new(active, active),
+                    weight: 1,
+                });
             }
         }
         let user = UserCode::new([s.0.to_str().unwrap()], Some(&s.0));

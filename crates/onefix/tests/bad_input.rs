@@ -8,14 +8,13 @@
 //! `--duration soon` on `record`) are not repeated here.
 
 mod common;
-use common::{Scratch, compile_c, onefix};
+use common::{compile_c, onefix, Scratch};
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
-
 
 /// The one sentence onefix printed on stderr: asserts there is exactly one (clap's pointer to
 /// `--help` aside), and no panic, backtrace or multi-line error chain.
@@ -88,7 +87,8 @@ fn a_python_target_that_segfaults_mid_recording_is_saved_and_said() {
     let s = Scratch::new("pysegv");
     let prog = s.path("segv.py");
     std::fs::write(&prog, "import os, signal, time\nend = time.time() + 1\nwhile time.time() < end:\n    pass\nos.kill(os.getpid(), signal.SIGSEGV)\n").unwrap();
-    let out = onefix().args(["record", "--quiet", "-o", &s.arg("rec.onefix"), "--", "python3"]).arg(&prog).output().unwrap();
+    let out =
+        onefix().args(["record", "--quiet", "-o", &s.arg("rec.onefix"), "--", "python3"]).arg(&prog).output().unwrap();
     assert_crash_is_saved(&s, out, "SIGSEGV");
 }
 
@@ -122,14 +122,29 @@ fn a_command_that_exits_at_once_saves_nothing_and_says_its_status() {
 fn memory_of_a_program_the_allocation_agent_cannot_see_is_refused_in_one_sentence() {
     let s = Scratch::new("memory-static");
     let exe = compile_c(&s, "static", "int main(void) { return 0; }\n", &["-static"]);
-    fails(onefix().args(["record", "--memory", "-o", &s.arg("rec.onefix"), "--"]).arg(&exe), 2, &["statically linked", "LD_PRELOAD"]);
+    fails(
+        onefix().args(["record", "--memory", "-o", &s.arg("rec.onefix"), "--"]).arg(&exe),
+        2,
+        &["statically linked", "LD_PRELOAD"],
+    );
     if Command::new("go").arg("version").output().is_ok_and(|o| o.status.success()) {
         let src = s.path("main.go");
         std::fs::write(&src, "package main\n\nfunc main() {}\n").unwrap();
         let exe = s.path("goprog");
-        let built = Command::new("go").args(["build", "-o"]).arg(&exe).arg(&src).env("GOCACHE", s.path("gocache")).env("GO111MODULE", "off").status().unwrap();
+        let built = Command::new("go")
+            .args(["build", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .env("GOCACHE", s.path("gocache"))
+            .env("GO111MODULE", "off")
+            .status()
+            .unwrap();
         assert!(built.success());
-        fails(onefix().args(["record", "--memory", "-o", &s.arg("rec.onefix"), "--"]).arg(&exe), 2, &["is a Go program", "runtime/pprof"]);
+        fails(
+            onefix().args(["record", "--memory", "-o", &s.arg("rec.onefix"), "--"]).arg(&exe),
+            2,
+            &["is a Go program", "runtime/pprof"],
+        );
     }
     assert!(!s.path("rec.onefix").exists());
 }
@@ -169,7 +184,18 @@ fn a_native_process_of_another_user_is_refused_with_how_to_fix_it() {
     let output = format!("/tmp/onefix-bad-perm-{}.onefix", std::process::id());
     let sentence = fails(
         Command::new("runuser")
-            .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_onefix"), "record", "-o", &output, "--duration", "1s", "--pid"])
+            .args([
+                "-u",
+                "nobody",
+                "--",
+                env!("CARGO_BIN_EXE_onefix"),
+                "record",
+                "-o",
+                &output,
+                "--duration",
+                "1s",
+                "--pid",
+            ])
             .arg(sleeper.id().to_string()),
         2,
         &["permission denied", "root"],
@@ -365,18 +391,21 @@ fn answering_server(reply: &'static [u8], connections: usize) -> u16 {
 #[test]
 fn a_load_target_answering_garbage_is_one_sentence() {
     let port = answering_server(b"garbage, not HTTP at all\r\n\r\n", 64);
-    fails(onefix().args(["load", "-q", "-n", "20", "-c", "2", &format!("http://127.0.0.1:{port}/")]), 2, &[
-        "no request completed",
-        "not HTTP",
-    ]);
+    fails(
+        onefix().args(["load", "-q", "-n", "20", "-c", "2", &format!("http://127.0.0.1:{port}/")]),
+        2,
+        &["no request completed", "not HTTP"],
+    );
 }
 
 #[test]
 fn a_load_target_that_hangs_up_at_once_is_one_sentence() {
     let port = answering_server(b"", 64);
-    fails(onefix().args(["load", "-q", "-n", "20", "-c", "2", &format!("http://127.0.0.1:{port}/")]), 2, &[
-        "no request completed",
-    ]);
+    fails(
+        onefix().args(["load", "-q", "-n", "20", "-c", "2", &format!("http://127.0.0.1:{port}/")]),
+        2,
+        &["no request completed"],
+    );
 }
 
 #[test]
@@ -387,7 +416,11 @@ fn invalid_templates_are_one_sentence_each() {
     fails(onefix().args(["load", "-n", "1", "--body", "{{int 3 1}}", url]), 2, &["range is empty"]);
     fails(onefix().args(["load", "-n", "1", "not-a-url"]), 2, &["http://"]);
     // Found by fuzzing: values too large to build before the first request are refused.
-    fails(onefix().args(["load", "-n", "1", &format!("{url}{{{{pick 3000 bytes 1048576 hex}}}}")]), 2, &["more than 256 MiB"]);
+    fails(
+        onefix().args(["load", "-n", "1", &format!("{url}{{{{pick 3000 bytes 1048576 hex}}}}")]),
+        2,
+        &["more than 256 MiB"],
+    );
     fails(onefix().args(["load", "-n", "1", &format!("{url}{{{{line /dev/zero}}}}")]), 2, &["larger than 256 MiB"]);
 }
 
@@ -411,7 +444,8 @@ fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
     use std::os::unix::process::CommandExt;
     let s = Scratch::new("ctrlc");
     let prog = s.path("spin.py");
-    std::fs::write(&prog, "import time\nend = time.time() + 20\nwhile time.time() < end:\n    sum(range(1000))\n").unwrap();
+    std::fs::write(&prog, "import time\nend = time.time() + 20\nwhile time.time() < end:\n    sum(range(1000))\n")
+        .unwrap();
     let profiler = onefix()
         .args(["record", "--quiet", "-o", &s.arg("rec.onefix"), "--", "python3"])
         .arg(&prog)

@@ -71,7 +71,8 @@ fn man_pages_are_generated_for_onefix_and_each_command() {
     assert!(record.contains("pid"), "{record}");
     // groff renders it without complaint, where groff is installed.
     if Command::new("groff").arg("--version").output().is_ok() {
-        let out = Command::new("groff").args(["-man", "-Tutf8", "-ww", "-z"]).arg(dir.join("onefix.1")).output().unwrap();
+        let out =
+            Command::new("groff").args(["-man", "-Tutf8", "-ww", "-z"]).arg(dir.join("onefix.1")).output().unwrap();
         assert!(out.status.success() && out.stderr.is_empty(), "groff: {}", String::from_utf8_lossy(&out.stderr));
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -3,13 +3,12 @@
 //! cases, whose gain bound is compared with the speedup measured in the same test run).
 
 mod common;
-use common::{Scratch, compile_c, line_of, onefix, repo};
+use common::{compile_c, line_of, onefix, repo, Scratch};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
 
 /// Records `python3 program` from the scratch directory; see [`record_command`].
 fn record(scratch: &Scratch, extra: &[&str], program: &Path) -> (Value, Output) {
@@ -98,7 +97,8 @@ fn a_sleep_is_charged_to_the_line_that_waits_in_wall_mode_only() {
     assert!(f["share"].as_f64().unwrap() > 0.6, "{wall:#}");
 
     let (cpu, _) = record(&s, &["--mode", "cpu"], &prog);
-    let waits: Vec<&Value> = cpu["findings"].as_array().unwrap().iter().filter(|f| f["line"] == line_of(&prog, "# WAIT")).collect();
+    let waits: Vec<&Value> =
+        cpu["findings"].as_array().unwrap().iter().filter(|f| f["line"] == line_of(&prog, "# WAIT")).collect();
     assert!(waits.is_empty(), "a sleep costs no CPU: {cpu:#}");
 }
 
@@ -176,7 +176,8 @@ fn fails_with(args: &[&str], expect: &str) {
     assert!(err.contains(expect), "{args:?}: {err}");
     assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
     // clap's usage errors add a pointer to --help; the sentence itself is the first line.
-    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("For more information")).collect();
+    let lines: Vec<&str> =
+        err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("For more information")).collect();
     assert_eq!(lines.len(), 1, "one sentence: {err}");
 }
 
@@ -187,11 +188,17 @@ fn bad_inputs_get_one_clear_sentence() {
     let out = out.to_str().unwrap();
     fails_with(&["record", "-o", out, "--pid", "999999999"], "no process with pid 999999999");
     fails_with(&["record", "-o", out, "--", "no-such-command-onefix"], "command not found");
-    fails_with(&["record", "-o", "/nonexistent-dir/x.onefix", "--", "python3", "-c", "pass"], "cannot write the recording");
+    fails_with(
+        &["record", "-o", "/nonexistent-dir/x.onefix", "--", "python3", "-c", "pass"],
+        "cannot write the recording",
+    );
     fails_with(&["record", "-o", out, "--", "true"], "no sample was taken");
     // A kernel thread has no executable to read: neither Python nor native.
     if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
-        fails_with(&["record", "-o", out, "--pid", "2", "--duration", "1s"], "neither a Python program nor a native executable");
+        fails_with(
+            &["record", "-o", out, "--pid", "2", "--duration", "1s"],
+            "neither a Python program nor a native executable",
+        );
     }
     fails_with(&["record", "-o", out, "--rate", "fast", "--", "python3"], "not a rate");
     fails_with(&["record", "-o", out, "--duration", "soon", "--", "python3"], "not a duration");
@@ -226,7 +233,16 @@ fn a_target_that_crashes_mid_recording_is_reported_with_its_status() {
     std::fs::write(&prog, "import os, signal, time\nend = time.time() + 1\nwhile time.time() < end:\n    pass\nos.kill(os.getpid(), signal.SIGKILL)\n").unwrap();
     // A crashed target ends onefix with status 1 (recorded, but not as asked): see bad_input.rs.
     let json = s.path("report.json");
-    let out = onefix().args(["record", "--quiet", "-o"]).arg(s.path("rec.onefix")).arg("--json").arg(&json).arg("--").arg("python3").arg(&prog).output().unwrap();
+    let out = onefix()
+        .args(["record", "--quiet", "-o"])
+        .arg(s.path("rec.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg("python3")
+        .arg(&prog)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["exit"]["signal"], 9, "{report:#}");
@@ -297,12 +313,24 @@ fn lab_case(case: &str, slow_file: &str, marker: &str, kind: &str, env: &[(&str,
 
 #[test]
 fn lab_token_updater_names_the_client_built_in_the_loop() {
-    lab_case("token-updater", "updater_slow.py", "async with httpx.AsyncClient() as client:", "repeated-setup", &[("TOKENS", "300")]);
+    lab_case(
+        "token-updater",
+        "updater_slow.py",
+        "async with httpx.AsyncClient() as client:",
+        "repeated-setup",
+        &[("TOKENS", "300")],
+    );
 }
 
 #[test]
 fn lab_synapse_headers_names_the_schema_rebuilt_per_call() {
-    lab_case("synapse-headers", "synapse_slow.py", "self.model_json_schema()", "repeated-setup", &[("COUNT", "300"), ("MAX_SECONDS", "15")]);
+    lab_case(
+        "synapse-headers",
+        "synapse_slow.py",
+        "self.model_json_schema()",
+        "repeated-setup",
+        &[("COUNT", "300"), ("MAX_SECONDS", "15")],
+    );
 }
 
 /// Story 001 in Go: the goroutine that issues the 12 requests one after another is seen waiting
@@ -319,7 +347,12 @@ fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
     let _one_at_a_time = LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let s = Scratch::new("exchange-aggregator");
     let json = s.path("r.json");
-    let profiler = format!("{} record --quiet -o {} --json {} --", env!("CARGO_BIN_EXE_onefix"), s.path("r.onefix").display(), json.display());
+    let profiler = format!(
+        "{} record --quiet -o {} --json {} --",
+        env!("CARGO_BIN_EXE_onefix"),
+        s.path("r.onefix").display(),
+        json.display()
+    );
     let case = repo().join("lab").join("exchange-aggregator");
 
     lab_run("exchange-aggregator", "slow", &profiler, &[("ROUNDS", "12")]);
@@ -328,13 +361,34 @@ fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
     let f = first_finding(&slow);
     assert_eq!(f["kind"], "serial-io", "{slow:#}");
     assert!(f["file"].as_str().unwrap().ends_with("aggregator_slow/main.go"), "{slow:#}");
-    assert_eq!(f["line"], line_of(&src, "for i := 0; i < exchanges; i++ {"), "the loop that issues the requests: {slow:#}");
-    let in_flight = f["evidence"].as_array().unwrap().iter().find_map(|e| e["frame"].as_str()?.strip_prefix("waits in flight at once: ")).expect("in-flight evidence");
+    assert_eq!(
+        f["line"],
+        line_of(&src, "for i := 0; i < exchanges; i++ {"),
+        "the loop that issues the requests: {slow:#}"
+    );
+    let in_flight = f["evidence"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|e| e["frame"].as_str()?.strip_prefix("waits in flight at once: "))
+        .expect("in-flight evidence");
     let mean: f64 = in_flight.split(' ').next().unwrap().parse().unwrap();
     assert!(mean <= 1.2, "one request at a time: {in_flight}");
-    let decode = slow["findings"].as_array().unwrap().iter().find(|x| x["kind"] == "serialization").unwrap_or_else(|| panic!("no serialization finding: {slow:#}"));
+    let decode = slow["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["kind"] == "serialization")
+        .unwrap_or_else(|| panic!("no serialization finding: {slow:#}"));
     assert_eq!(decode["line"], line_of(&src, "json.Unmarshal(body, &book)"), "{slow:#}");
-    assert!(decode["evidence"].as_array().unwrap().iter().any(|e| e["frame"].as_str().unwrap().starts_with("encoding/json.")), "{decode:#}");
+    assert!(
+        decode["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["frame"].as_str().unwrap().starts_with("encoding/json.")),
+        "{decode:#}"
+    );
 
     lab_run("exchange-aggregator", "fixed", &profiler, &[("ROUNDS", "60")]);
     let fixed: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -342,7 +396,11 @@ fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
     assert!(findings.iter().all(|x| x["kind"] != "serial-io" && x["kind"] != "serialization"), "{fixed:#}");
     // What waits for the network in the fixed version waits concurrently, at the call.
     if let Some(w) = findings.iter().find(|x| x["rule"] == "network-wait-concurrent") {
-        assert_eq!(w["line"], line_of(&case.join("aggregator_fixed").join("main.go"), "resp, err := client.Get("), "{fixed:#}");
+        assert_eq!(
+            w["line"],
+            line_of(&case.join("aggregator_fixed").join("main.go"), "resp, err := client.Get("),
+            "{fixed:#}"
+        );
     }
 }
 
@@ -387,10 +445,17 @@ fn a_regex_compiled_per_line_in_c_is_named_and_its_match_time_reaches_the_line()
     let src = s.path("logscan.c");
     let (report, _) = record_command(&s, &["--mode", "cpu"], &[&exe]);
     let f = first_finding(&report);
-    assert_eq!((f["line"].clone(), f["rule"].clone()), (line_of(&src, "// COMPILE").into(), "regex-compile".into()), "{report:#}");
+    assert_eq!(
+        (f["line"].clone(), f["rule"].clone()),
+        (line_of(&src, "// COMPILE").into(), "regex-compile".into()),
+        "{report:#}"
+    );
     assert!(f["why"].as_str().unwrap().contains("freeing a compiled regular expression"), "{report:#}");
     assert!(report["outside_user_share"].as_f64().unwrap() < 0.1, "{report:#}");
-    assert!(report["hot_lines"].as_array().unwrap().iter().any(|h| h["line"] == line_of(&src, "// MATCH")), "{report:#}");
+    assert!(
+        report["hot_lines"].as_array().unwrap().iter().any(|h| h["line"] == line_of(&src, "// MATCH")),
+        "{report:#}"
+    );
     let (short, _) = record_command(&s, &["--mode", "cpu", "--stack-bytes", "8192"], &[&exe]);
     assert!(short["outside_user_share"].as_f64().unwrap() > 0.2, "{short:#}");
     let notes = short["notes"].to_string();
@@ -457,11 +522,23 @@ fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
     let src = s.path("main.go");
     std::fs::write(&src, SETUP_GO).unwrap();
     let exe = s.path("setup");
-    let built = Command::new("go").args(["build", "-o"]).arg(&exe).arg(&src).env("GO111MODULE", "off").current_dir(&s.0).status().unwrap();
+    let built = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .env("GO111MODULE", "off")
+        .current_dir(&s.0)
+        .status()
+        .unwrap();
     assert!(built.success());
     let (report, _) = record_command(&s, &[], &[&exe]);
     let findings = report["findings"].as_array().unwrap();
-    let at = |marker: &str| findings.iter().find(|f| f["line"] == line_of(&src, marker)).unwrap_or_else(|| panic!("no finding at {marker}: {report:#}"));
+    let at = |marker: &str| {
+        findings
+            .iter()
+            .find(|f| f["line"] == line_of(&src, marker))
+            .unwrap_or_else(|| panic!("no finding at {marker}: {report:#}"))
+    };
     assert_eq!(at("// CERTS")["rule"], "tls-trust-store", "{report:#}");
     assert_eq!(at("// REGEX")["rule"], "regex-compile", "{report:#}");
     // Which of the two costs more depends on the machine (they are close here): the findings
@@ -499,7 +576,12 @@ fn subprocesses_are_followed_and_their_work_found() {
     assert!(report["idle_share"].as_f64().unwrap() > 0.2, "{report:#}");
     // Without --subprocesses only the parent, which only waits, is sampled: no compute finding.
     let (parent_only, _) = record(&s, &[], &prog);
-    let compute: Vec<&Value> = parent_only["findings"].as_array().unwrap().iter().filter(|f| f["line"] == line_of(&prog, "# CRUNCH")).collect();
+    let compute: Vec<&Value> = parent_only["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["line"] == line_of(&prog, "# CRUNCH"))
+        .collect();
     assert!(compute.is_empty(), "{parent_only:#}");
 }
 
@@ -510,7 +592,8 @@ fn python_executable() -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-const SPIN: &str = "import time\ndef spin():\n    while True:\n        sum(i * i for i in range(500))   # SPIN\nspin()\n";
+const SPIN: &str =
+    "import time\ndef spin():\n    while True:\n        sum(i * i for i in range(500))   # SPIN\nspin()\n";
 
 fn spawn_spinner(s: &Scratch) -> (std::process::Child, PathBuf) {
     let prog = s.path("spin.py");
@@ -602,7 +685,10 @@ fn unseen_programs_put_the_planted_line_at_rank_one() {
             eprintln!("{name}: a known miss came out right this time");
         }
         if !right && !known {
-            wrong.push(format!("{name}: planted {planted}, rank 1 {}:{} {} (known miss: {known})", top["file"], top["line"], top["kind"]));
+            wrong.push(format!(
+                "{name}: planted {planted}, rank 1 {}:{} {} (known miss: {known})",
+                top["file"], top["line"], top["kind"]
+            ));
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
@@ -619,7 +705,16 @@ fn no_permission_says_how_to_fix_it() {
     let s = Scratch::new("perm");
     let (mut target, _) = spawn_spinner(&s);
     let out = Command::new("runuser")
-        .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_onefix"), "record", "-o", "/tmp/onefix-perm-test.onefix", "--pid"])
+        .args([
+            "-u",
+            "nobody",
+            "--",
+            env!("CARGO_BIN_EXE_onefix"),
+            "record",
+            "-o",
+            "/tmp/onefix-perm-test.onefix",
+            "--pid",
+        ])
         .arg(target.id().to_string())
         .output()
         .unwrap();
@@ -735,7 +830,12 @@ fn a_native_program_is_sampled_with_perf_and_diagnosed_the_same_way() {
     // In wall mode the sleep between passes is charged to the line that sleeps.
     let (wall, _) = record_command(&s, &["--rate", "999"], &[&exe]);
     let nap = line_of(&src, "/* NAP */");
-    let sleep = wall["findings"].as_array().unwrap().iter().find(|f| f["line"] == nap).expect("the sleep is a finding in wall mode");
+    let sleep = wall["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["line"] == nap)
+        .expect("the sleep is a finding in wall mode");
     assert_eq!(sleep["kind"], "blocking-wait", "{wall:#}");
     assert_eq!(sleep["rule"], "sleep", "{wall:#}");
 }

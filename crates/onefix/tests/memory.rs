@@ -2,12 +2,11 @@
 //! tracker), a native program's retaining and churning sites, and the refusal of --pid.
 
 mod common;
-use common::{Scratch, line_of, repo};
+use common::{line_of, repo, Scratch};
 
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
 
 fn tracker(variant: &str, s: &Scratch) -> (Value, Value) {
     let json = s.path(&format!("{variant}.json"));
@@ -29,7 +28,12 @@ fn tracker(variant: &str, s: &Scratch) -> (Value, Value) {
         .unwrap();
     assert!(out.status.success(), "tracker {variant}: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stats: Value = stdout.lines().rev().find(|l| l.starts_with('{')).and_then(|l| serde_json::from_str(l).ok()).expect("the tracker's JSON line");
+    let stats: Value = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .expect("the tracker's JSON line");
     (serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(), stats)
 }
 
@@ -43,15 +47,21 @@ fn lab_tracker_names_the_line_that_keeps_each_peers_parsed_query() {
     assert!(first["file"].as_str().unwrap().ends_with("tracker_slow.py"), "{first:#}");
     assert_eq!(first["line"], line_of(&file, "torrent[peer_id] = Peer(params, ip)"), "{first:#}");
     // The evidence: what was stored was allocated by the query parse.
-    assert!(first["evidence"].as_array().unwrap().iter().any(|e| e["frame"].as_str().unwrap().contains("parse_qs")), "{first:#}");
+    assert!(
+        first["evidence"].as_array().unwrap().iter().any(|e| e["frame"].as_str().unwrap().contains("parse_qs")),
+        "{first:#}"
+    );
     assert!(first["share"].as_f64().unwrap() > 0.25, "{first:#}");
     // Growth: its retained bytes rose in most time windows while peers were being added.
     assert!(first["recurrence"].as_f64().unwrap() >= 0.5, "{first:#}");
-    assert!(slow["memory"]["peak_rss_bytes"].as_u64().unwrap() > 0 && slow["memory"]["rss"].as_array().unwrap().len() > 3);
+    assert!(
+        slow["memory"]["peak_rss_bytes"].as_u64().unwrap() > 0 && slow["memory"]["rss"].as_array().unwrap().len() > 3
+    );
 
     let (fixed, fixed_stats) = tracker("fixed", &s);
     assert_eq!(fixed_stats["peers"], slow_stats["peers"], "the same load");
-    let retention: Vec<&Value> = fixed["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "memory-retention").collect();
+    let retention: Vec<&Value> =
+        fixed["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "memory-retention").collect();
     assert!(retention.is_empty(), "the fixed tracker keeps 6 bytes per peer: {fixed:#}");
     let (slow_heap, fixed_heap) = (slow["busy_weight"].as_f64().unwrap(), fixed["busy_weight"].as_f64().unwrap());
     assert!(fixed_heap * 1.5 < slow_heap, "sampled heap at peak: slow {slow_heap}, fixed {fixed_heap}");
@@ -80,14 +90,23 @@ fn a_native_program_s_retaining_and_churning_sites() {
     let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(r["hot_lines"][0]["function"], "keep_blocks", "{r:#}");
     assert!(r["hot_lines"][0]["share"].as_f64().unwrap() > 0.9, "{r:#}");
-    let churn = r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "allocation-churn").expect("a churn finding");
+    let churn =
+        r["findings"].as_array().unwrap().iter().find(|f| f["kind"] == "allocation-churn").expect("a churn finding");
     assert_eq!(churn["function"], "churn_blocks", "{r:#}");
     // The recording renders again, here as allocated bytes.
     let folded = s.path("a.folded");
-    let out = Command::new(env!("CARGO_BIN_EXE_onefix")).arg("report").arg(s.path("r.onefix")).args(["--quiet", "--memory-view", "allocated", "--folded"]).arg(&folded).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_onefix"))
+        .arg("report")
+        .arg(s.path("r.onefix"))
+        .args(["--quiet", "--memory-view", "allocated", "--folded"])
+        .arg(&folded)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = std::fs::read_to_string(&folded).unwrap();
-    let bytes = |f: &str| -> u64 { text.lines().filter(|l| l.contains(f)).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum() };
+    let bytes = |f: &str| -> u64 {
+        text.lines().filter(|l| l.contains(f)).filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok()).sum()
+    };
     assert!(bytes("churn_blocks") > 5 * bytes("keep_blocks"), "{text}");
 }
 

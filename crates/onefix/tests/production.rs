@@ -28,7 +28,17 @@ fn a_memory_recording_killed_at_any_moment_keeps_what_came_before() {
         let prog = grower(&s, 8);
         let pidfile = s.path("pid");
         let mut profiler = onefix()
-            .args(["record", "--quiet", "--memory", "--memory-rate", "64k", "-o", &s.arg("rec.onefix"), "--", "python3"])
+            .args([
+                "record",
+                "--quiet",
+                "--memory",
+                "--memory-rate",
+                "64k",
+                "-o",
+                &s.arg("rec.onefix"),
+                "--",
+                "python3",
+            ])
             .arg(&prog)
             .arg(&pidfile)
             .stdout(std::process::Stdio::null())
@@ -78,7 +88,8 @@ fn a_forking_target_s_heap_is_its_own_and_its_children_are_told_apart() {
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_follows_findings_schema(&report);
     let child_line = line_of(&prog, "# CHILD");
-    let on_child: Vec<&Value> = report["findings"].as_array().unwrap().iter().filter(|f| f["line"] == child_line).collect();
+    let on_child: Vec<&Value> =
+        report["findings"].as_array().unwrap().iter().filter(|f| f["line"] == child_line).collect();
     assert!(on_child.is_empty(), "20 children each freeing 10 MB at exit retain nothing: {on_child:#?}");
     // Twenty 10 MB heaps, one after another, never add up: the sampled heap at its peak stays
     // below the target's peak RSS (which also holds the interpreter's code and libraries).
@@ -98,7 +109,14 @@ fn program(s: &Scratch, name: &str, text: &str) -> std::path::PathBuf {
 
 fn record_json(s: &Scratch, command: &[&str]) -> (Value, String) {
     let json = s.path("r.json");
-    let out = onefix().args(["record", "--quiet", "--no-save", "--json"]).arg(&json).arg("--").args(command).current_dir(s.path("")).output().unwrap();
+    let out = onefix()
+        .args(["record", "--quiet", "--no-save", "--json"])
+        .arg(&json)
+        .arg("--")
+        .args(command)
+        .current_dir(s.path(""))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_follows_findings_schema(&report);
@@ -127,7 +145,11 @@ fn an_exec_d_program_is_sampled_under_the_same_pid() {
 fn a_shell_script_that_execs_python_is_profiled_as_python() {
     let s = Scratch::new("wrapper");
     let second = program(&s, "app.py", SECOND);
-    let wrapper = program(&s, "run.sh", "#!/bin/sh\ncd \"$(dirname \"$0\")\"\nexport APP_MODE=prod\nexec python3 app.py \"$@\"\n");
+    let wrapper = program(
+        &s,
+        "run.sh",
+        "#!/bin/sh\ncd \"$(dirname \"$0\")\"\nexport APP_MODE=prod\nexec python3 app.py \"$@\"\n",
+    );
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let (report, _) = record_json(&s, &[wrapper.to_str().unwrap()]);
     assert_eq!(report["target"]["language"], "python", "{:#}", report["target"]);
@@ -186,7 +208,12 @@ fn a_killed_onefix_leaves_no_temporary_directory() {
             prefix.iter().any(|p| name.starts_with(p.as_str()))
         };
         let left = || -> Vec<String> {
-            std::fs::read_dir(std::env::temp_dir()).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| ours(n)).collect()
+            std::fs::read_dir(std::env::temp_dir())
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| ours(n))
+                .collect()
         };
         std::thread::sleep(Duration::from_millis(1500));
         assert!(!left().is_empty(), "the recording made its directory (memory: {memory})");

@@ -4,13 +4,12 @@
 //! their speedscope files through speedscope's schema; HTML reports in headless chromium.
 
 mod common;
-use common::{Scratch, assert_follows_findings_schema, compile_c, onefix};
+use common::{assert_follows_findings_schema, compile_c, onefix, Scratch};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value;
-
 
 /// Records `command` in the scratch directory with `--json` and `--pprof`, and returns the report.
 fn record_with_pprof(s: &Scratch, extra: &[&str], command: &[&Path]) -> Value {
@@ -70,9 +69,7 @@ fn pprof_top(file: &Path, args: &[&str]) -> Vec<TopRow> {
 
 /// A regular expression matching `text` literally.
 fn regex_literal(text: &str) -> String {
-    text.chars()
-        .flat_map(|c| if "\\.+*?()|[]{}^$".contains(c) { vec!['\\', c] } else { vec![c] })
-        .collect()
+    text.chars().flat_map(|c| if "\\.+*?()|[]{}^$".contains(c) { vec!['\\', c] } else { vec![c] }).collect()
 }
 
 /// pprof's flat time by function has onefix's first finding's function on top; restricted to
@@ -95,12 +92,21 @@ fn pprof_agrees_with_the_summary(s: &Scratch, report: &Value) {
     let total = report["total_weight"].as_f64().unwrap();
     let hot_lines = report["hot_lines"].as_array().unwrap();
     assert!(hot_lines.len() >= 2, "{report:#}");
-    let location = |h: &Value| format!("{} {}:{}", h["function"].as_str().unwrap(), h["file"].as_str().unwrap(), h["line"]);
+    let location =
+        |h: &Value| format!("{} {}:{}", h["function"].as_str().unwrap(), h["file"].as_str().unwrap(), h["line"]);
     assert_eq!(by_line[0].name, location(&hot_lines[0]), "{by_line:#?}\n{report:#}");
     for hot in hot_lines {
-        let row = by_line.iter().find(|r| r.name == location(hot)).unwrap_or_else(|| panic!("{} not in {by_line:#?}", location(hot)));
+        let row = by_line
+            .iter()
+            .find(|r| r.name == location(hot))
+            .unwrap_or_else(|| panic!("{} not in {by_line:#?}", location(hot)));
         let expected = 100.0 * hot["weight"].as_f64().unwrap() / total;
-        assert!((row.flat_percent - expected).abs() < 0.011, "{}: pprof {}%, onefix {expected}%", location(hot), row.flat_percent);
+        assert!(
+            (row.flat_percent - expected).abs() < 0.011,
+            "{}: pprof {}%, onefix {expected}%",
+            location(hot),
+            row.flat_percent
+        );
     }
 }
 
@@ -204,7 +210,11 @@ fn open_in_browser(html: &Path, screenshot: &str, search: &str) -> Value {
         .output()
         .unwrap_or_else(|e| panic!("cannot run node ({e}): install Node.js and run ./setup"));
     assert!(out.status.success(), "the browser check failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false), "no screenshot at {}", screenshot.display());
+    assert!(
+        std::fs::metadata(&screenshot).map(|m| m.len() > 10_000).unwrap_or(false),
+        "no screenshot at {}",
+        screenshot.display()
+    );
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -265,7 +275,8 @@ fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
     if let Some(bound) = finding["max_speedup"].as_f64() {
         // Shown to one decimal (JavaScript and Rust round ties differently: compare numbers).
         let gain = shown[0]["gain"].as_str().unwrap();
-        let shown_bound: f64 = gain.split("up to ").nth(1).and_then(|t| t.split_once("x faster")).unwrap().0.parse().unwrap();
+        let shown_bound: f64 =
+            gain.split("up to ").nth(1).and_then(|t| t.split_once("x faster")).unwrap().0.parse().unwrap();
         if finding["max_speedup_range"].is_array() {
             assert!(gain.contains("from sampling alone: "), "the bound's interval is shown: {gain}");
         }
@@ -419,7 +430,8 @@ fn top_shows_the_hot_line_live_and_quits_on_q() {
         prog.display()
     );
     tmux.run(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "45", &command]);
-    let (seen, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains(&hot) && s.contains("hot-loop-compute"));
+    let (seen, screen) =
+        tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains(&hot) && s.contains("hot-loop-compute"));
     assert!(seen, "the hot line {hot} never appeared:\n{screen}");
     assert!(screen.contains("onefix top: python3") && screen.contains("q quits"), "{screen}");
     assert!(screen.contains("MainThread"), "thread states are shown:\n{screen}");

@@ -6,7 +6,7 @@
 //! Every server listens on 127.0.0.1, every loop is bounded, every child is killed on drop.
 
 mod common;
-use common::{Scratch, compile_c, onefix};
+use common::{compile_c, onefix, Scratch};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -17,7 +17,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
 
 /// A target process, killed and reaped when the test ends, however it ends.
 struct Target(Child);
@@ -215,7 +214,16 @@ fn attach_repeatedly(s: &Scratch, target: &mut Target, port: u16, times: usize, 
     let mut idle_attaches = 0;
     for i in 0..times {
         let mut cmd = onefix();
-        cmd.args(["record", "--quiet", "--duration", duration, "-o", &s.arg("a.onefix"), "--pid", &target.pid().to_string()]);
+        cmd.args([
+            "record",
+            "--quiet",
+            "--duration",
+            duration,
+            "-o",
+            &s.arg("a.onefix"),
+            "--pid",
+            &target.pid().to_string(),
+        ]);
         if i % 2 == 1 {
             cmd.args(alternate);
         }
@@ -419,9 +427,17 @@ fn onefix_killed_mid_recording_leaves_the_target_serving_and_the_recording_reada
         // onefix never leaves half a file under the name asked for).
         assert!(!std::path::Path::new(&rec).exists(), "{extra:?}");
         let partial = format!("{rec}.partial");
-        let out = onefix().args(["report", "--quiet", "--json", &s.arg("k.json"), &partial]).stdout(Stdio::null()).output().unwrap();
+        let out = onefix()
+            .args(["report", "--quiet", "--json", &s.arg("k.json"), &partial])
+            .stdout(Stdio::null())
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{extra:?}: {}", String::from_utf8_lossy(&out.stderr));
-        assert!(String::from_utf8_lossy(&out.stderr).contains("ends early"), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("ends early"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let report: Value = serde_json::from_slice(&std::fs::read(s.path("k.json")).unwrap()).unwrap();
         assert!(report["samples"].as_u64().unwrap() >= 100, "{extra:?}: at least the first second's batch: {report}");
     }

@@ -41,7 +41,8 @@ fn record_under_load(dir: &Path, variant: &str) -> (Value, Value, Output) {
         "the server was left running after the recording"
     );
     let report: Value = serde_json::from_slice(&std::fs::read(dir.join(format!("{variant}.json"))).unwrap()).unwrap();
-    let load: Value = serde_json::from_slice(&std::fs::read(dir.join(format!("load-{variant}.json"))).unwrap()).unwrap();
+    let load: Value =
+        serde_json::from_slice(&std::fs::read(dir.join(format!("load-{variant}.json"))).unwrap()).unwrap();
     (report, load, out)
 }
 
@@ -129,7 +130,15 @@ fn a_bad_load_is_refused_before_the_server_starts_and_a_server_that_never_listen
     let port = free_port();
     let out = onefix()
         .current_dir(&dir)
-        .args(["record", "--load", &format!("http://127.0.0.1:{port}/ -d 2s"), "--", "python3", "-c", "import time; time.sleep(0.5)"])
+        .args([
+            "record",
+            "--load",
+            &format!("http://127.0.0.1:{port}/ -d 2s"),
+            "--",
+            "python3",
+            "-c",
+            "import time; time.sleep(0.5)",
+        ])
         .output()
         .unwrap();
     one_sentence_failure(&out, "");
@@ -180,7 +189,13 @@ fn servers_with_a_planted_mistake_have_it_named_under_load() {
         let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         let top = &report["findings"][0];
         if top["line"] != (culprit + 1) as u64 || !top["file"].as_str().unwrap_or("").ends_with(&format!("{name}.py")) {
-            wrong.push(format!("{name}: planted line {}, rank 1 {}:{} {}", culprit + 1, top["file"], top["line"], top["kind"]));
+            wrong.push(format!(
+                "{name}: planted line {}, rank 1 {}:{} {}",
+                culprit + 1,
+                top["file"],
+                top["line"],
+                top["kind"]
+            ));
         }
     }
     assert!(tried >= 3, "expected the planted servers in {}", servers.display());
@@ -223,7 +238,14 @@ fn the_tracker_under_load_names_the_retaining_line_and_compare_shows_the_memory_
     assert_eq!(top["line"], line_of(&lab.join("tracker_slow.py"), "torrent[peer_id] = Peer("), "{slow:#}");
 
     let cmp = dir.join("compare.json");
-    let out = onefix().arg("compare").arg(dir.join("slow.onefix")).arg(dir.join("fixed.onefix")).arg("--json").arg(&cmp).output().unwrap();
+    let out = onefix()
+        .arg("compare")
+        .arg(dir.join("slow.onefix"))
+        .arg(dir.join("fixed.onefix"))
+        .arg("--json")
+        .arg(&cmp)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let c: Value = serde_json::from_slice(&std::fs::read(&cmp).unwrap()).unwrap();
     let retained: Vec<u64> = c["retained_bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
@@ -232,7 +254,12 @@ fn the_tracker_under_load_names_the_retaining_line_and_compare_shows_the_memory_
     assert!(retained[0] > retained[1] + 5_000_000, "the slow tracker keeps far more: {c:#}");
     let parse_line = line_of(&lab.join("tracker_slow.py"), "parse_qs(");
     let parse_at = format!("tracker_slow.py:{parse_line}");
-    let parsed = c["lines"].as_array().unwrap().iter().find(|l| l["at_a"] == parse_at.as_str()).unwrap_or_else(|| panic!("{parse_at} in {c:#}"));
+    let parsed = c["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["at_a"] == parse_at.as_str())
+        .unwrap_or_else(|| panic!("{parse_at} in {c:#}"));
     let by_line: Vec<u64> = parsed["retained_bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
     assert!(by_line[0] > 3 * by_line[1], "the parsed queries are what the slow tracker keeps: {c:#}");
     let peak: Vec<u64> = c["peak_rss_bytes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();

@@ -227,11 +227,13 @@ impl TaskMerge {
             self.stats.no_snapshot += 1;
             return false;
         }
-        let mut outstanding = tasks
-            .iter()
-            .filter(|t| t.state == TaskState::Waiting && !t.chain.is_empty() && !(self.parks)(&t.chain));
+        let mut outstanding =
+            tasks.iter().filter(|t| t.state == TaskState::Waiting && !t.chain.is_empty() && !(self.parks)(&t.chain));
         let (Some(task), None) = (outstanding.next(), outstanding.next()) else {
-            let more = tasks.iter().filter(|t| t.state == TaskState::Waiting && !t.chain.is_empty() && !(self.parks)(&t.chain)).count();
+            let more = tasks
+                .iter()
+                .filter(|t| t.state == TaskState::Waiting && !t.chain.is_empty() && !(self.parks)(&t.chain))
+                .count();
             if more == 0 {
                 self.stats.nothing_outstanding += 1;
             } else {
@@ -248,7 +250,11 @@ impl TaskMerge {
         let mut parents: Vec<&TaskSnap> = Vec::new();
         let mut child = task.id;
         while parents.len() < MAX_PARENTS {
-            let Some(parent) = tasks.iter().find(|t| t.children.contains(&child) && !parents.iter().any(|p| p.id == t.id)) else { break };
+            let Some(parent) =
+                tasks.iter().find(|t| t.children.contains(&child) && !parents.iter().any(|p| p.id == t.id))
+            else {
+                break;
+            };
             parents.push(parent);
             child = parent.id;
         }
@@ -340,7 +346,8 @@ impl AsyncioChannel {
     /// Makes a private directory with the bootstrap and the FIFO, and opens the FIFO's read end
     /// (non-blocking, so that a target that never writes costs nothing).
     pub fn create(rate_hz: f64) -> std::io::Result<AsyncioChannel> {
-        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let stamp =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let dir = std::env::temp_dir().join(format!("onefix-asyncio-{}-{stamp}", std::process::id()));
         std::fs::create_dir(&dir)?;
         let made = (|| {

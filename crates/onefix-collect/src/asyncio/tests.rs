@@ -18,7 +18,11 @@ fn chain(frames: &[(&str, &str, u32)]) -> String {
 }
 
 fn fetch_chain(line: u32) -> String {
-    chain(&[("main", "/app/main.py", 30), ("fetch", "/app/main.py", line), ("read", &format!("{LIB}/asyncio/streams.py"), 711)])
+    chain(&[
+        ("main", "/app/main.py", 30),
+        ("fetch", "/app/main.py", line),
+        ("read", &format!("{LIB}/asyncio/streams.py"), 711),
+    ])
 }
 
 fn queue_chain() -> String {
@@ -27,7 +31,10 @@ fn queue_chain() -> String {
 
 /// Parks on queue.get only, as the knowledge base would say.
 fn merge() -> TaskMerge {
-    TaskMerge::new(100.0, Box::new(|c: &[Frame]| c.last().is_some_and(|f| f.function == "get" && f.file.ends_with("/queues.py"))))
+    TaskMerge::new(
+        100.0,
+        Box::new(|c: &[Frame]| c.last().is_some_and(|f| f.function == "get" && f.file.ends_with("/queues.py"))),
+    )
 }
 
 fn snapshot(m: &mut TaskMerge, secs: f64, tasks: &[(u64, &str, &str, String)]) {
@@ -50,7 +57,11 @@ fn one_outstanding_await_takes_the_loop_sample_with_the_loop_stack_as_root() {
     let thread = p.thread(s.thread);
     assert_eq!((thread.pid, thread.tid, thread.name.as_deref()), (7, TASK_TID_BASE, Some("task Task-1")));
     let names: Vec<String> = p.stack_frames_root_first(s.stack).iter().map(|&f| p.frame(f).function.clone()).collect();
-    assert_eq!(names, ["<module>", "run", "run_forever", "main", "fetch", "read"], "the loop's own iteration is cut off");
+    assert_eq!(
+        names,
+        ["<module>", "run", "run_forever", "main", "fetch", "read"],
+        "the loop's own iteration is cut off"
+    );
     // The same task keeps its virtual thread; the merge counted what it did.
     assert!(m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_006_000, 510));
     assert_eq!(p.threads().len(), 1);
@@ -60,7 +71,15 @@ fn one_outstanding_await_takes_the_loop_sample_with_the_loop_stack_as_root() {
 #[test]
 fn overlapping_awaits_leave_the_wait_to_the_loop() {
     let mut m = merge();
-    snapshot(&mut m, 10.0, &[(1, "Task-1", "j", chain(&[("main", "/app/main.py", 33)])), (2, "Task-2", "w", fetch_chain(18)), (3, "Task-3", "w", fetch_chain(18))]);
+    snapshot(
+        &mut m,
+        10.0,
+        &[
+            (1, "Task-1", "j", chain(&[("main", "/app/main.py", 33)])),
+            (2, "Task-2", "w", fetch_chain(18)),
+            (3, "Task-3", "w", fetch_chain(18)),
+        ],
+    );
     let mut p = Profile::new(Meta::default());
     assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_001_000, 0));
     assert!(p.samples.is_empty());
@@ -70,7 +89,11 @@ fn overlapping_awaits_leave_the_wait_to_the_loop() {
 #[test]
 fn tasks_joining_others_or_parked_are_not_outstanding() {
     let mut m = merge();
-    snapshot(&mut m, 10.0, &[(1, "Task-1", "j", chain(&[("main", "/app/main.py", 33)])), (2, "Task-2", "w", queue_chain())]);
+    snapshot(
+        &mut m,
+        10.0,
+        &[(1, "Task-1", "j", chain(&[("main", "/app/main.py", 33)])), (2, "Task-2", "w", queue_chain())],
+    );
     let mut p = Profile::new(Meta::default());
     assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_001_000, 0));
     assert_eq!(m.stats.nothing_outstanding, 1);
@@ -81,14 +104,29 @@ fn only_a_loop_waiting_in_its_selector_with_a_fresh_snapshot_is_charged() {
     let mut m = merge();
     snapshot(&mut m, 10.0, &[(1, "Task-1", "w", fetch_chain(18))]);
     let mut p = Profile::new(Meta::default());
-    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: true }, 10_001_000, 0), "a running loop is not waiting");
+    assert!(
+        !m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: true }, 10_001_000, 0),
+        "a running loop is not waiting"
+    );
     let working = &loop_stack()[..3];
-    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: working, active: false }, 10_001_000, 0), "not in the selector");
-    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 8, frames: &loop_stack(), active: false }, 10_001_000, 0), "another thread runs no loop of the snapshot");
-    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_500_000, 0), "half a second later the snapshot says nothing");
+    assert!(
+        !m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: working, active: false }, 10_001_000, 0),
+        "not in the selector"
+    );
+    assert!(
+        !m.charge(&mut p, &ThreadSample { pid: 7, tid: 8, frames: &loop_stack(), active: false }, 10_001_000, 0),
+        "another thread runs no loop of the snapshot"
+    );
+    assert!(
+        !m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_500_000, 0),
+        "half a second later the snapshot says nothing"
+    );
     assert_eq!(m.stats.no_snapshot, 1);
     snapshot(&mut m, 11.0, &[(1, "Task-1", "r", fetch_chain(18))]);
-    assert!(!m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 11_001_000, 0), "a snapshot taken mid-step shows no wait");
+    assert!(
+        !m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 11_001_000, 0),
+        "a snapshot taken mid-step shows no wait"
+    );
     assert!(p.samples.is_empty());
 }
 
@@ -140,14 +178,24 @@ fn the_channel_delivers_whole_lines_through_the_fifo() {
 fn a_task_awaited_by_another_continues_its_stack() {
     let mut m = merge();
     m.ingest_line("S\t7\t99\t10.000000\t2");
-    m.ingest_line(&format!("T\t7\t7\t1\tTask-1\tj\t{}\t2", chain(&[("main", "/app/main.py", 33), ("wait_for", &format!("{LIB}/asyncio/tasks.py"), 479)])));
-    m.ingest_line(&format!("T\t7\t7\t2\tTask-2\tw\t{}\t", chain(&[("fetch", "/app/main.py", 18), ("read", &format!("{LIB}/asyncio/streams.py"), 711)])));
+    m.ingest_line(&format!(
+        "T\t7\t7\t1\tTask-1\tj\t{}\t2",
+        chain(&[("main", "/app/main.py", 33), ("wait_for", &format!("{LIB}/asyncio/tasks.py"), 479)])
+    ));
+    m.ingest_line(&format!(
+        "T\t7\t7\t2\tTask-2\tw\t{}\t",
+        chain(&[("fetch", "/app/main.py", 18), ("read", &format!("{LIB}/asyncio/streams.py"), 711)])
+    ));
     let mut p = Profile::new(Meta::default());
     assert!(m.charge(&mut p, &ThreadSample { pid: 7, tid: 7, frames: &loop_stack(), active: false }, 10_001_000, 0));
     let s = p.samples[0];
     assert_eq!(p.thread(s.thread).name.as_deref(), Some("task Task-2"), "charged to the task that waits");
     let names: Vec<String> = p.stack_frames_root_first(s.stack).iter().map(|&f| p.frame(f).function.clone()).collect();
-    assert_eq!(names, ["<module>", "run", "run_forever", "main", "wait_for", "fetch", "read"], "under the task that awaits it");
+    assert_eq!(
+        names,
+        ["<module>", "run", "run_forever", "main", "wait_for", "fetch", "read"],
+        "under the task that awaits it"
+    );
     m.ingest_line("T\t7\t7\t1\tTask-1\tj\tmain\x1f/app/main.py\x1f3\tnot-a-number");
     assert_eq!(m.stats.bad_lines, 1);
 }

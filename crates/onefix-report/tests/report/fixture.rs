@@ -5,8 +5,7 @@
 
 use onefix_diagnose::{Diagnosis, Evidence, Finding, HotLine};
 use onefix_model::{
-    Frame, FrameId, Language, Meta, Mode, Profile, Sample, SamplingStats, Target, TargetExit, ThreadState,
-    WeightUnit,
+    Frame, FrameId, Language, Meta, Mode, Profile, Sample, SamplingStats, Target, TargetExit, ThreadState, WeightUnit,
 };
 
 pub const UPDATER: &str = "/srv/updater/updater.py";
@@ -30,11 +29,7 @@ pub fn meta() -> Meta {
         duration_s: 12.3456,
         user_code: vec!["/srv/updater".into()],
         exit: Some(TargetExit::Code(0)),
-        stats: SamplingStats {
-            ticks: 1240,
-            errors: 3,
-            late: 1,
-        },
+        stats: SamplingStats { ticks: 1240, errors: 3, late: 1 },
         native: true,
     }
 }
@@ -62,33 +57,17 @@ pub fn updater_profile_with_stacks() -> (Profile, Stacks) {
     let main = p.intern_frame(Frame::python("main", UPDATER, 36));
     let per_token = p.intern_frame(Frame::python("update_all", UPDATER, 31));
     let post = p.intern_frame(Frame::python("update_all", UPDATER, 33));
-    let client_init = p.intern_frame(Frame::python(
-        "__init__",
-        "/venv/lib/python3.11/site-packages/httpx/_client.py",
-        1400,
-    ));
-    let create_ssl = p.intern_frame(Frame::python(
-        "create_ssl_context",
-        "/venv/lib/python3.11/site-packages/httpx/_config.py",
-        40,
-    ));
+    let client_init =
+        p.intern_frame(Frame::python("__init__", "/venv/lib/python3.11/site-packages/httpx/_client.py", 1400));
+    let create_ssl =
+        p.intern_frame(Frame::python("create_ssl_context", "/venv/lib/python3.11/site-packages/httpx/_config.py", 40));
     let default_context = p.intern_frame(Frame::python("create_default_context", "/usr/lib/python3.11/ssl.py", 770));
-    let load_verify = p.intern_frame(Frame::native(
-        "SSL_CTX_load_verify_locations",
-        "/usr/lib/x86_64-linux-gnu/libssl.so.3",
-    ));
-    let send = p.intern_frame(Frame::python(
-        "send",
-        "/venv/lib/python3.11/site-packages/httpx/_client.py",
-        1600,
-    ));
+    let load_verify =
+        p.intern_frame(Frame::native("SSL_CTX_load_verify_locations", "/usr/lib/x86_64-linux-gnu/libssl.so.3"));
+    let send = p.intern_frame(Frame::python("send", "/venv/lib/python3.11/site-packages/httpx/_client.py", 1600));
     let render = p.intern_frame(Frame::python(LINE_BREAK_FRAME, "/srv/updater/codec.py", 7));
     let fmt = p.intern_frame(Frame::native(SEMICOLON_FRAME, "/srv/updater/libdecode.so"));
-    let pool_worker = p.intern_frame(Frame::python(
-        "_worker",
-        "/usr/lib/python3.11/concurrent/futures/thread.py",
-        81,
-    ));
+    let pool_worker = p.intern_frame(Frame::python("_worker", "/usr/lib/python3.11/concurrent/futures/thread.py", 81));
     let queue_get = p.intern_frame(Frame::python("get", "/usr/lib/python3.11/queue.py", 171));
     let wait = p.intern_frame(Frame::python("wait", "/usr/lib/python3.11/threading.py", 320));
 
@@ -127,13 +106,7 @@ pub fn updater_profile_with_stacks() -> (Profile, Stacks) {
         (3, unnamed, None, blocked, 1),
     ];
     for (tick, thread, stack, state, weight) in samples {
-        p.samples.push(Sample {
-            time_us: tick * 10_000,
-            thread,
-            stack,
-            state,
-            weight,
-        });
+        p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state, weight });
     }
     (p, stacks)
 }
@@ -268,40 +241,23 @@ pub fn attached_profile() -> Profile {
     let mut p = updater_profile();
     p.meta.target.argv = None;
     p.meta.exit = None;
-    p.meta.stats = SamplingStats {
-        ticks: 1240,
-        errors: 0,
-        late: 0,
-    };
+    p.meta.stats = SamplingStats { ticks: 1240, errors: 0, late: 0 };
     p
 }
 
 pub fn no_findings_diagnosis() -> Diagnosis {
-    Diagnosis {
-        findings: Vec::new(),
-        notes: Vec::new(),
-        ..updater_diagnosis()
-    }
+    Diagnosis { findings: Vec::new(), notes: Vec::new(), ..updater_diagnosis() }
 }
 
 /// A small allocation profile: weights are bytes.
 pub fn bytes_profile() -> Profile {
-    let mut p = Profile::new(Meta {
-        weight_unit: WeightUnit::Bytes,
-        ..meta()
-    });
+    let mut p = Profile::new(Meta { weight_unit: WeightUnit::Bytes, ..meta() });
     let thread = p.intern_thread(4242, 4242, Some("MainThread"));
     let module = p.intern_frame(Frame::python("<module>", UPDATER, 40));
     let load = p.intern_frame(Frame::python("load", UPDATER, 12));
     let stack = p.intern_stack([module, load]);
     for (tick, weight) in [(0, 524_288), (1, 1_048_576)] {
-        p.samples.push(Sample {
-            time_us: tick * 10_000,
-            thread,
-            stack,
-            state: ThreadState::new(true, true),
-            weight,
-        });
+        p.samples.push(Sample { time_us: tick * 10_000, thread, stack, state: ThreadState::new(true, true), weight });
     }
     p
 }

@@ -57,14 +57,7 @@ fn counts_and_title_describe_the_recording() {
     // The root spans all 17 intervals of weight recorded in wall mode.
     assert!(out.contains("all (17 samples, 100%)"), "root frame title missing");
 
-    let cpu = svg(
-        &profile,
-        Mode::Cpu,
-        &FlamegraphOptions {
-            title: Some("custom title".into()),
-            thread_prefix: true,
-        },
-    );
+    let cpu = svg(&profile, Mode::Cpu, &FlamegraphOptions { title: Some("custom title".into()), thread_prefix: true });
     assert!(cpu.contains("custom title"));
     assert!(cpu.contains("all (8 samples, 100%)"), "CPU mode drops the blocked samples");
     assert!(cpu.contains("thread (4242): MainThread"));
@@ -91,4 +84,3 @@ fn nothing_to_draw_is_an_error_and_writes_nothing() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
     assert!(out.is_empty());
 }
-

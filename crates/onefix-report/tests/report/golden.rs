@@ -83,21 +83,14 @@ fn terminal_summary() {
 
 #[test]
 fn terminal_summary_in_colour() {
-    let opts = TerminalOptions {
-        color: true,
-        ..TerminalOptions::default()
-    };
+    let opts = TerminalOptions { color: true, ..TerminalOptions::default() };
     let out = render(|w| write_terminal(w, &updater_profile(), &updater_diagnosis(), &opts));
     assert_golden("terminal_color.txt", &out);
 }
 
 #[test]
 fn terminal_summary_without_findings() {
-    let opts = TerminalOptions {
-        complete: false,
-        max_hot_lines: 2,
-        ..TerminalOptions::default()
-    };
+    let opts = TerminalOptions { complete: false, max_hot_lines: 2, ..TerminalOptions::default() };
     let out = render(|w| write_terminal(w, &attached_profile(), &no_findings_diagnosis(), &opts));
     assert_golden("terminal_no_findings.txt", &out);
 }
@@ -108,10 +101,7 @@ fn terminal_plain_has_no_escape_codes_and_colour_does() {
     let profile = updater_profile();
     let plain = render(|w| write_terminal(w, &profile, &diagnosis, &TerminalOptions::default()));
     assert!(!plain.contains('\x1b'));
-    let opts = TerminalOptions {
-        color: true,
-        ..TerminalOptions::default()
-    };
+    let opts = TerminalOptions { color: true, ..TerminalOptions::default() };
     let coloured = render(|w| write_terminal(w, &profile, &diagnosis, &opts));
     assert!(coloured.contains("\x1b["));
 }
@@ -122,12 +112,7 @@ fn terminal_summary_stays_short_and_shows_at_most_the_asked_findings() {
     let mut diagnosis = updater_diagnosis();
     // Ten findings and thirty hot lines: the summary must still fit a screen.
     let template = diagnosis.findings[0].clone();
-    diagnosis.findings = (1..=10)
-        .map(|rank| onefix_diagnose::Finding {
-            rank,
-            ..template.clone()
-        })
-        .collect();
+    diagnosis.findings = (1..=10).map(|rank| onefix_diagnose::Finding { rank, ..template.clone() }).collect();
     let hot_line = diagnosis.hot_lines[0].clone();
     diagnosis.hot_lines = vec![hot_line; 30];
     let out = render(|w| write_terminal(w, &profile, &diagnosis, &TerminalOptions::default()));

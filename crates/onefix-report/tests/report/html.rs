@@ -148,7 +148,9 @@ fn html_data_carries_the_load_that_drove_the_target() {
         ])
     );
     // No load, no section; an attachment that is not a load result is ignored.
-    assert!(html_data(&[run("recording", &updater_profile(), &diagnosis)], &sources())["runs"][0].get("load").is_none());
+    assert!(html_data(&[run("recording", &updater_profile(), &diagnosis)], &sources())["runs"][0]
+        .get("load")
+        .is_none());
     profile.attachments.insert("load".into(), b"not json".to_vec());
     assert!(html_data(&[run("recording", &profile, &diagnosis)], &sources())["runs"][0].get("load").is_none());
 }

@@ -78,9 +78,11 @@ fn additions_are_typed_too() {
     assert_eq!(report["exit"], serde_json::json!({"status": "exited", "code": 0}));
     assert_eq!(report["sampling"], serde_json::json!({"ticks": 1240, "errors": 3, "late": 1}));
     assert_eq!(report["complete"], true);
-    assert!(report["hot_lines"].as_array().unwrap().iter().all(|h| is_share(&h["share"])
-        && is_share(&h["self_share"])
-        && is_share(&h["blocked_share"])));
+    assert!(report["hot_lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|h| is_share(&h["share"]) && is_share(&h["self_share"]) && is_share(&h["blocked_share"])));
     let first = &report["findings"][0];
     assert_eq!(first["recurrence"], 1.0);
     assert_eq!(first["enclosing_loop"], "/srv/updater/updater.py:28");

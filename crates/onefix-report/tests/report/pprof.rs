@@ -101,7 +101,11 @@ fn pprof_values_add_up_to_the_recorded_weight_in_each_mode() {
     let p = decode(&encode(&bytes, Mode::Wall));
     let total: i64 = p.sample.iter().map(|s| s.value[1]).sum();
     assert_eq!(total, bytes.total_weight(Mode::Wall) as i64);
-    assert_eq!(p.sample.iter().map(|s| s.value[0]).sum::<i64>(), bytes.samples.len() as i64, "one count per allocation sample");
+    assert_eq!(
+        p.sample.iter().map(|s| s.value[0]).sum::<i64>(),
+        bytes.samples.len() as i64,
+        "one count per allocation sample"
+    );
 }
 
 #[test]

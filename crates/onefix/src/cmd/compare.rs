@@ -30,14 +30,15 @@ const MIN_LINE_SHARE: f64 = 0.02;
 const MIN_CHANGE: f64 = 1.1;
 
 enum Input {
-    Load(LoadResult),
+    Load(Box<LoadResult>),
     Recording(Box<Profile>),
 }
 
 fn read_input(path: &Path) -> Result<Input> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     if bytes.starts_with(onefix_model::recording::MAGIC) {
-        let loaded = read_recording(BufReader::new(&bytes[..])).with_context(|| format!("cannot read the recording {}", path.display()))?;
+        let loaded = read_recording(BufReader::new(&bytes[..]))
+            .with_context(|| format!("cannot read the recording {}", path.display()))?;
         if !loaded.complete {
             eprintln!("onefix: {} is truncated; comparing what it holds", path.display());
         }
@@ -50,8 +51,9 @@ fn read_input(path: &Path) -> Result<Input> {
         Some(other) => bail!("{} is a `{other}` file, not a load result this onefix reads", path.display()),
         None => bail!("{} is not a load result written by `onefix load --json`", path.display()),
     }
-    let result = serde_json::from_value(value).with_context(|| format!("{} is a damaged load result", path.display()))?;
-    Ok(Input::Load(result))
+    let result =
+        serde_json::from_value(value).with_context(|| format!("{} is a damaged load result", path.display()))?;
+    Ok(Input::Load(Box::new(result)))
 }
 
 fn file_name(p: &Path) -> String {
@@ -124,7 +126,11 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
 }
 
 /// The two recordings on one page, side by side, with their differential flame graph.
-fn write_html_pair(out: crate::output::Output, (a, name_a): (&Profile, &str), (b, name_b): (&Profile, &str)) -> Result<()> {
+fn write_html_pair(
+    out: crate::output::Output,
+    (a, name_a): (&Profile, &str),
+    (b, name_b): (&Profile, &str),
+) -> Result<()> {
     use onefix_report::{write_html, FileSystemSources, HtmlRun};
     let (da, db) = (
         outputs::run_diagnosis(a, a.meta.mode, &OutputArgs::default()),
@@ -221,7 +227,7 @@ fn compare_recordings(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> R
         let vb = series(&windows_b, per_request.map(|r| r.1));
         let cost = compare::metric(&key, &va, &vb, |ma, mb| ma / mb);
         // Welch's test alone: the bootstrap interval of a ratio is undefined when a side is 0.
-        let clear = cost.test.as_ref().map_or(false, |t| t.p_value < compare::ALPHA);
+        let clear = cost.test.as_ref().is_some_and(|t| t.p_value < compare::ALPHA);
         let change = match (at_a.is_some(), at_b.is_some()) {
             (true, false) if cost.mean_b == 0.0 && clear => "gone",
             (false, true) if cost.mean_a == 0.0 && clear => "new",
@@ -279,7 +285,10 @@ fn line_ms_by_window(p: &Profile, window_s: f64) -> Vec<HashMap<String, f64>> {
             slice.samples = by_window.remove(&w).unwrap_or_default();
             let d = outputs::run_diagnosis_all_lines(&slice, p.meta.mode);
             let ms_per_weight = d.seconds_per_weight.unwrap_or(0.0) * 1e3;
-            d.hot_lines.iter().map(|h| (line_key(&h.function, h.code.as_deref(), h.line), h.weight as f64 * ms_per_weight)).collect()
+            d.hot_lines
+                .iter()
+                .map(|h| (line_key(&h.function, h.code.as_deref(), h.line), h.weight as f64 * ms_per_weight))
+                .collect()
         })
         .collect()
 }
@@ -294,7 +303,13 @@ fn render_lines(lines: &[LineChange], unit: &str, name_a: &str, name_b: &str, wi
         let change = match l.change.as_str() {
             "down" | "up" => {
                 let factor = if l.change == "down" { l.cost.speedup } else { 1.0 / l.cost.speedup };
-                let p = l.cost.test.as_ref().map(|t| if t.p_value < 0.001 { "p<0.001".to_owned() } else { format!("p={:.3}", t.p_value) });
+                let p = l.cost.test.as_ref().map(|t| {
+                    if t.p_value < 0.001 {
+                        "p<0.001".to_owned()
+                    } else {
+                        format!("p={:.3}", t.p_value)
+                    }
+                });
                 let factor = if factor.is_finite() { format!("{factor:.1}x") } else { "to 0".to_owned() };
                 format!("{} {factor} {}", l.change, p.unwrap_or_default())
             }
@@ -306,7 +321,14 @@ fn render_lines(lines: &[LineChange], unit: &str, name_a: &str, name_b: &str, wi
             (Some(x), None) | (None, Some(x)) => x.clone(),
             (None, None) => String::new(),
         };
-        let _ = writeln!(s, "  {:>10} {:>10}  {:<24} {place}  {}", fmt_ms(l.cost.mean_a), fmt_ms(l.cost.mean_b), change, l.line);
+        let _ = writeln!(
+            s,
+            "  {:>10} {:>10}  {:<24} {place}  {}",
+            fmt_ms(l.cost.mean_a),
+            fmt_ms(l.cost.mean_b),
+            change,
+            l.line
+        );
     }
     s
 }
@@ -357,7 +379,8 @@ fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Memor
         _ => None,
     };
     let opts = onefix_diagnose::MemoryOptions { max_hot_lines: usize::MAX, ..Default::default() };
-    let diagnose = |p: &Profile| onefix_diagnose::diagnose_memory(p, &outputs::user_code(p, &OutputArgs::default()), &opts);
+    let diagnose =
+        |p: &Profile| onefix_diagnose::diagnose_memory(p, &outputs::user_code(p, &OutputArgs::default()), &opts);
     let (da, db) = (diagnose(a), diagnose(b));
     let peak = |p: &Profile| crate::cmd::memory::info_of(p).and_then(|i| i.peak_rss_bytes);
     let peak_rss_bytes = [peak(a), peak(b)];
@@ -376,7 +399,11 @@ fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Memor
             let l = &mut lines[i];
             l.retained_bytes[side] += h.weight;
             let place = Some(at(&h.file, h.line));
-            if side == 0 { l.at_a = l.at_a.take().or(place) } else { l.at_b = l.at_b.take().or(place) }
+            if side == 0 {
+                l.at_a = l.at_a.take().or(place)
+            } else {
+                l.at_b = l.at_b.take().or(place)
+            }
         }
     }
     let floor = (MIN_LINE_SHARE * retained_bytes[0].max(retained_bytes[1]) as f64) as u64;
@@ -390,7 +417,13 @@ fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Memor
         _ => String::new(),
     };
     let _ = writeln!(out, "memory:            A: {name_a:<24} B: {name_b}");
-    let _ = writeln!(out, "  peak RSS        {:<27} {:<14} {}", mb(peak_rss_bytes[0]), mb(peak_rss_bytes[1]), ratio(peak_rss_bytes[0], peak_rss_bytes[1]));
+    let _ = writeln!(
+        out,
+        "  peak RSS        {:<27} {:<14} {}",
+        mb(peak_rss_bytes[0]),
+        mb(peak_rss_bytes[1]),
+        ratio(peak_rss_bytes[0], peak_rss_bytes[1])
+    );
     let _ = writeln!(
         out,
         "  heap at peak    {:<27} {:<14} {}",
@@ -398,7 +431,10 @@ fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Memor
         mb(Some(retained_bytes[1])),
         ratio(Some(retained_bytes[0]), Some(retained_bytes[1]))
     );
-    let _ = writeln!(out, "\nthe lines (MB live at the heap's peak, estimated from sampled allocations; one snapshot per run):");
+    let _ = writeln!(
+        out,
+        "\nthe lines (MB live at the heap's peak, estimated from sampled allocations; one snapshot per run):"
+    );
     for l in &lines {
         let place = match (&l.at_a, &l.at_b) {
             (Some(x), Some(y)) if x != y => format!("{x} → {y}"),

@@ -58,7 +58,10 @@ pub fn run(args: JanitorArgs) -> Result<ExitCode> {
 
 fn alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).is_some_and(|st| st != 'Z' && st != 'X'),
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|st| st != 'Z' && st != 'X'),
         Err(_) => false,
     }
 }

@@ -18,7 +18,8 @@ use onefix_report::{write_json, JsonOptions};
 use crate::cli::{MemoryViewArg, OutputArgs, RecordArgs};
 use crate::cmd::outputs;
 use crate::cmd::record::{
-    catch_interrupts, default_output, interrupt_then_kill_after, load_plan, DrivenLoad, INTERRUPTED, LOAD_ATTACHMENT, SERVER_START_LIMIT,
+    catch_interrupts, default_output, interrupt_then_kill_after, load_plan, DrivenLoad, INTERRUPTED, LOAD_ATTACHMENT,
+    SERVER_START_LIMIT,
 };
 
 /// How often what was sampled is written to the recording.
@@ -53,7 +54,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let load = load_plan(&args)?;
     // Every output is checked before the target starts.
     let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
-    let plan = outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
+    let plan =
+        outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
     let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
     catch_interrupts();
     recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
@@ -65,12 +67,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let start_ns = monotonic_ns();
     let started = Instant::now();
     let start_unix_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    let child = cmd.spawn().map_err(|e| {
-        match e.kind() {
-            io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
-            io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
-            _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
-        }
+    let child = cmd.spawn().map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
+        io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
+        _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
     })?;
     let pid = child.id();
     crate::cmd::janitor::watch(pid, &[tracker.agent_dir()]);
@@ -79,7 +79,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let cwd = process::cwd(pid);
     let native = onefix_native::is_native_command(&args.command[0]);
     let user_code: Vec<String> = if !args.outputs.user_code.is_empty() {
-        args.outputs.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string()).collect()
+        args.outputs
+            .user_code
+            .iter()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string())
+            .collect()
     } else if native {
         outputs::default_native_user_dirs(cwd.as_deref(), pid)
     } else {
@@ -107,10 +111,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // The recording is written as it goes, a batch a second, so that a killed onefix (an OOM
     // kill, a CI timeout) loses at most the last second; its samples are read back at the end
     // through a second handle on the same file.
-    let shown = recording.dest.as_ref().map_or_else(|| "memory (--no-save)".to_owned(), |d| d.shown.display().to_string());
+    let shown =
+        recording.dest.as_ref().map_or_else(|| "memory (--no-save)".to_owned(), |d| d.shown.display().to_string());
     let readback = recording.readback().with_context(|| format!("cannot write the recording to {shown}"))?;
     let mut writer = Some(
-        RecordingWriter::new(BufWriter::new(&mut recording), &meta).with_context(|| format!("cannot write the recording to {shown}"))?,
+        RecordingWriter::new(BufWriter::new(&mut recording), &meta)
+            .with_context(|| format!("cannot write the recording to {shown}"))?,
     );
     let mut write_error: Option<io::Error> = None;
     tracker.start(Profile::new(meta), start_ns);
@@ -151,12 +157,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
     }
     let rest = profile.take_samples();
-    profile.samples = read_recording(io::BufReader::new(crate::output::ReadAt::new(&readback))).map(|l| l.profile.samples).unwrap_or_default();
+    profile.samples = read_recording(io::BufReader::new(crate::output::ReadAt::new(&readback)))
+        .map(|l| l.profile.samples)
+        .unwrap_or_default();
     profile.samples.extend(rest);
     profile.meta.duration_s = started.elapsed().as_secs_f64();
     profile.meta.exit = Some(exit);
     info.rss = rss;
-    info.live = profile.only_processes(|pid| info.exited_children.binary_search(&pid).is_err()).live_bytes_over_time(LIVE_POINTS);
+    info.live = profile
+        .only_processes(|pid| info.exited_children.binary_search(&pid).is_err())
+        .live_bytes_over_time(LIVE_POINTS);
     info.peak_rss_bytes = peak;
     let user_pythonmalloc = std::env::var("PYTHONMALLOC").ok();
     info.python_malloc_by_onefix = user_pythonmalloc.is_none();
@@ -207,7 +217,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let streamed = recording.dest.as_ref().is_some_and(|d| matches!(d.dest, crate::output::Dest::Stream { .. }));
     match saved_at {
         Ok(Some(p)) if !args.outputs.quiet && !streamed => {
-            eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", p.display(), p.display())
+            eprintln!(
+                "onefix: recording saved to {} (render it again with `onefix report {}`)",
+                p.display(),
+                p.display()
+            )
         }
         Ok(Some(p)) if !args.outputs.quiet => eprintln!("onefix: the recording was written to {}", p.display()),
         Err(()) => return Ok(ExitCode::from(1)),
@@ -236,7 +250,7 @@ fn follow(
             ended = Some(e);
             break;
         }
-        if last_read.is_none_or(|t| t.elapsed() >= RSS_EVERY) {
+        if !matches!(last_read, Some(t) if t.elapsed() < RSS_EVERY) {
             last_read = Some(Instant::now());
             // A process between fork and exec (or a shell about to exec) reads as 0 kB.
             if let Some(m) = read_rss(pid).filter(|m| m.rss_bytes > 0) {
@@ -330,7 +344,14 @@ fn view_of(arg: MemoryViewArg) -> MemoryView {
 
 /// Diagnoses a memory recording and writes every output: the flame graph, speedscope and
 /// folded stacks weigh the chosen view; the JSON report adds a `memory` object.
-pub fn report(profile: &Profile, info: Option<&MemoryInfo>, view: MemoryViewArg, args: &OutputArgs, mut planned: outputs::Planned, complete: bool) -> Result<()> {
+pub fn report(
+    profile: &Profile,
+    info: Option<&MemoryInfo>,
+    view: MemoryViewArg,
+    args: &OutputArgs,
+    mut planned: outputs::Planned,
+    complete: bool,
+) -> Result<()> {
     let user = outputs::user_code(profile, args);
     // A child that exited took its heap with it: the target's heap is that of the processes
     // that lasted; the children are told apart in a note.
@@ -349,7 +370,8 @@ pub fn report(profile: &Profile, info: Option<&MemoryInfo>, view: MemoryViewArg,
     let shown = profile.memory_view(view_of(view));
     if let Some(out) = planned.json.take() {
         let shown_at = out.shown.display().to_string();
-        write_memory_json(out, &shown, &diagnosis, info, view, complete).with_context(|| format!("could not write the JSON report to {shown_at}"))?;
+        write_memory_json(out, &shown, &diagnosis, info, view, complete)
+            .with_context(|| format!("could not write the JSON report to {shown_at}"))?;
     }
     outputs::write_all(&shown, &diagnosis, Mode::Wall, planned, complete)?;
     Ok(())
@@ -389,7 +411,10 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
         ));
     }
     if info.untracked > 0 {
-        d.notes.push(format!("{} sampled allocations could not be followed to their free: retained bytes are overestimated", info.untracked));
+        d.notes.push(format!(
+            "{} sampled allocations could not be followed to their free: retained bytes are overestimated",
+            info.untracked
+        ));
     }
 }
 
@@ -397,7 +422,14 @@ fn mb(b: u64) -> String {
     format!("{:.1} MB", b as f64 / 1e6)
 }
 
-fn write_memory_json(out: crate::output::Output, profile: &Profile, d: &Diagnosis, info: Option<&MemoryInfo>, view: MemoryViewArg, complete: bool) -> Result<()> {
+fn write_memory_json(
+    out: crate::output::Output,
+    profile: &Profile,
+    d: &Diagnosis,
+    info: Option<&MemoryInfo>,
+    view: MemoryViewArg,
+    complete: bool,
+) -> Result<()> {
     let mut buf = Vec::new();
     write_json(&mut buf, profile, d, &JsonOptions { complete })?;
     let mut value: serde_json::Value = serde_json::from_slice(&buf)?;

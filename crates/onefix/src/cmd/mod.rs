@@ -1,4 +1,6 @@
 pub mod compare;
+pub mod generate;
+pub mod janitor;
 pub mod load;
 pub mod memory;
 pub mod outputs;
@@ -6,5 +8,3 @@ pub mod progress;
 pub mod record;
 pub mod report;
 pub mod top;
-pub mod generate;
-pub mod janitor;

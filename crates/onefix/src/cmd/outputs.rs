@@ -7,8 +7,8 @@ use anyhow::{Context, Result};
 use onefix_diagnose::{diagnose, Diagnosis, KnowledgeBase, Options, UserCode};
 use onefix_model::{Mode, Profile};
 use onefix_report::{
-    write_flamegraph, write_folded, write_html, write_json, write_pprof, write_speedscope, write_terminal, FlamegraphOptions, FoldedOptions,
-    FileSystemSources, HtmlRun, JsonOptions, TerminalOptions,
+    write_flamegraph, write_folded, write_html, write_json, write_pprof, write_speedscope, write_terminal,
+    FileSystemSources, FlamegraphOptions, FoldedOptions, HtmlRun, JsonOptions, TerminalOptions,
 };
 
 use crate::cli::{ModeArg, OutputArgs};
@@ -28,11 +28,8 @@ impl From<ModeArg> for Mode {
 pub fn user_code(profile: &Profile, args: &OutputArgs) -> UserCode {
     let base = profile.meta.target.cwd.as_deref().map(Path::new);
     if !args.user_code.is_empty() {
-        let dirs: Vec<PathBuf> = args
-            .user_code
-            .iter()
-            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()))
-            .collect();
+        let dirs: Vec<PathBuf> =
+            args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())).collect();
         return UserCode::new(dirs, base);
     }
     UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), base)
@@ -75,9 +72,11 @@ pub fn default_native_user_dirs(cwd: Option<&str>, pid: u32) -> Vec<String> {
         }
     }
     let markers = ["Cargo.toml", "go.mod", "Makefile", "CMakeLists.txt", ".git"];
-    if let Some(root) = exe.as_deref().and_then(Path::parent).and_then(|d| {
-        d.ancestors().take(5).find(|a| markers.iter().any(|m| a.join(m).exists()))
-    }) {
+    if let Some(root) = exe
+        .as_deref()
+        .and_then(Path::parent)
+        .and_then(|d| d.ancestors().take(5).find(|a| markers.iter().any(|m| a.join(m).exists())))
+    {
         let root = root.display().to_string();
         if !dirs.contains(&root) {
             dirs.push(root);
@@ -94,14 +93,24 @@ fn knowledge_base() -> &'static KnowledgeBase {
 
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
     let user = user_code(profile, args);
-    diagnose(profile, knowledge_base(), &user, &Options { mode, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() })
+    diagnose(
+        profile,
+        knowledge_base(),
+        &user,
+        &Options { mode, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() },
+    )
 }
 
 /// The diagnosis with every user line in `hot_lines`, not only the hottest: for comparing
 /// recordings slice by slice.
 pub fn run_diagnosis_all_lines(profile: &Profile, mode: Mode) -> Diagnosis {
     let user = user_code(profile, &OutputArgs::default());
-    diagnose(profile, knowledge_base(), &user, &Options { mode, max_hot_lines: usize::MAX, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() })
+    diagnose(
+        profile,
+        knowledge_base(),
+        &user,
+        &Options { mode, max_hot_lines: usize::MAX, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() },
+    )
 }
 
 /// The name of the recording machine's facts among a recording's attachments.
@@ -138,7 +147,8 @@ pub struct Planned {
 
 impl Planned {
     pub fn check(args: &OutputArgs) -> Result<Planned, OutputError> {
-        let one = |p: &Option<PathBuf>, what, stdout_ok| p.as_deref().map(|p| output::check(p, what, stdout_ok)).transpose();
+        let one =
+            |p: &Option<PathBuf>, what, stdout_ok| p.as_deref().map(|p| output::check(p, what, stdout_ok)).transpose();
         Ok(Planned {
             json: one(&args.json, "JSON report", true)?,
             flamegraph: one(&args.flamegraph, "flame graph", true)?,
@@ -150,7 +160,10 @@ impl Planned {
     }
 
     pub fn all(&self) -> Vec<&Output> {
-        [&self.json, &self.flamegraph, &self.speedscope, &self.folded, &self.pprof, &self.html].into_iter().flatten().collect()
+        [&self.json, &self.flamegraph, &self.speedscope, &self.folded, &self.pprof, &self.html]
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     /// Whether one of them is standard output: the terminal summary then goes to stderr.
@@ -259,15 +272,24 @@ pub fn plan_record(
                     _ => &mut args.speedscope,
                 };
                 if let Some(other) = slot {
-                    anyhow::bail!("-o {} asks for what {flag} {} already gives: keep one of the two", path.display(), other.display());
+                    anyhow::bail!(
+                        "-o {} asks for what {flag} {} already gives: keep one of the two",
+                        path.display(),
+                        other.display()
+                    );
                 }
                 *slot = Some(path.to_path_buf());
                 recording_path = None;
                 if !args.quiet && !no_save {
-                    eprintln!("onefix: -o {} is written as {flag} would write it; the recording keeps its default name", path.display());
+                    eprintln!(
+                        "onefix: -o {} is written as {flag} would write it; the recording keeps its default name",
+                        path.display()
+                    );
                 }
             }
-            None if no_save => anyhow::bail!("--no-save keeps no recording, but -o {} names one: give one of the two", path.display()),
+            None if no_save => {
+                anyhow::bail!("--no-save keeps no recording, but -o {} names one: give one of the two", path.display())
+            }
             None => {}
         }
     }

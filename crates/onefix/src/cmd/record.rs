@@ -11,9 +11,9 @@ use anyhow::{bail, Context, Result};
 use onefix_collect::asyncio::{AsyncioChannel, AsyncioTasks, TaskMerge};
 use onefix_collect::kept::KeptChild;
 use onefix_collect::{process, record, CollectError, PythonOptions, PythonSampler, Sampler, Schedule, StopReason};
-use onefix_native::{NativeOptions, NativeSampler};
 use onefix_model::recording::{read_recording, RecordingWriter};
 use onefix_model::{Language, Meta, Mode, Profile, Target, TargetExit, WeightUnit};
+use onefix_native::{NativeOptions, NativeSampler};
 use onefix_report::signal_name;
 
 use crate::cli::RecordArgs;
@@ -53,7 +53,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // Every output is checked, and the recording's file made, before anything starts, so an
     // unwritable path costs the target nothing.
     let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
-    let plan = outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
+    let plan =
+        outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
     let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
 
     catch_interrupts();
@@ -72,17 +73,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             Language::Native => outputs::default_native_user_dirs(cwd.as_deref(), pid),
         }
     } else {
-        args.outputs.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string()).collect()
+        args.outputs
+            .user_code
+            .iter()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string())
+            .collect()
     };
     let meta = Meta {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        target: Target {
-            argv: if spawned { argv } else { None },
-            pid,
-            language: Some(language),
-            cwd,
-            runtime_version,
-        },
+        target: Target { argv: if spawned { argv } else { None }, pid, language: Some(language), cwd, runtime_version },
         mode,
         rate_hz: args.rate,
         weight_unit: WeightUnit::Samples { interval_us },
@@ -100,9 +99,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // The machine's CPUs bound what a fix can gain: the work that remains runs on them.
     let machine = serde_json::to_vec(&outputs::Machine::this()).unwrap_or_default();
     profile.attachments.insert(outputs::MACHINE_ATTACHMENT.to_owned(), machine.clone());
-    writer.write_attachment(outputs::MACHINE_ATTACHMENT, &machine).with_context(|| format!("cannot write the recording to {shown}"))?;
+    writer
+        .write_attachment(outputs::MACHINE_ATTACHMENT, &machine)
+        .with_context(|| format!("cannot write the recording to {shown}"))?;
 
-    let schedule = Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
+    let schedule =
+        Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
     let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
     let mut driven = None;
     if let Some((cfg, addr)) = load {
@@ -221,7 +223,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     diagnosis.notes.extend(asyncio_notes);
     let rerender = match &saved_at {
-        Ok(Some(p)) if recording.dest.as_ref().is_some_and(|d| !matches!(d.dest, crate::output::Dest::Stream { .. })) => Some(p.clone()),
+        Ok(Some(p))
+            if recording.dest.as_ref().is_some_and(|d| !matches!(d.dest, crate::output::Dest::Stream { .. })) =>
+        {
+            Some(p.clone())
+        }
         Err(Some(p)) => Some(p.clone()),
         _ => None,
     };
@@ -231,7 +237,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         Ok(()) => false,
         Err(e) => {
             match &rerender {
-                Some(p) => eprintln!("onefix: {e}; the recording is kept in {} (render it again with `onefix report {} ...`)", p.display(), p.display()),
+                Some(p) => eprintln!(
+                    "onefix: {e}; the recording is kept in {} (render it again with `onefix report {} ...`)",
+                    p.display(),
+                    p.display()
+                ),
                 None => eprintln!("onefix: {e}"),
             }
             true
@@ -248,7 +258,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // SIGINT that also ended the recording did what was asked.
     let asked_to_stop = INTERRUPTED.load(Ordering::Relaxed);
     let crashed = match profile.meta.exit {
-        Some(TargetExit::Signal(sig)) if outcome.reason == StopReason::TargetExited && !asked_to_stop && sig != libc::SIGINT => Some(sig),
+        Some(TargetExit::Signal(sig))
+            if outcome.reason == StopReason::TargetExited && !asked_to_stop && sig != libc::SIGINT =>
+        {
+            Some(sig)
+        }
         _ => None,
     };
     // A program that failed before any of its own lines was sampled (a syntax error, an
@@ -267,7 +281,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         // The target's crash is not onefix's, but the run did not end as asked: say so, with
         // where what was recorded until then lies, and exit non-zero for scripts.
         let kept = match &rerender {
-            Some(p) => format!("; what was recorded until then is saved to {} (render it again with `onefix report {}`)", p.display(), p.display()),
+            Some(p) => format!(
+                "; what was recorded until then is saved to {} (render it again with `onefix report {}`)",
+                p.display(),
+                p.display()
+            ),
             None => String::new(),
         };
         eprintln!("onefix: the target was killed by {} after {:.1} s{kept}", signal_name(sig), elapsed_us as f64 / 1e6);
@@ -278,7 +296,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         Err(_) => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
         _ if outputs_failed => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
         Ok(Some(p)) if !args.outputs.quiet => match &rerender {
-            Some(_) => eprintln!("onefix: recording saved to {} (render it again with `onefix report {}`)", p.display(), p.display()),
+            Some(_) => eprintln!(
+                "onefix: recording saved to {} (render it again with `onefix report {}`)",
+                p.display(),
+                p.display()
+            ),
             None => eprintln!("onefix: the recording was written to {}", p.display()),
         },
         _ => {}
@@ -326,7 +348,9 @@ fn no_sample_sentence(exit: &Option<TargetExit>, elapsed_us: u64) -> String {
     }
 }
 
-/// The sampler for the kind of program the target is, and what it brings with it.
+/// The sampler for the kind of program the target is, and what it brings with it. One lives
+/// per run, so the size of the larger variant does not matter.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum TargetSampler {
     Python { sampler: PythonSampler, child: Option<KeptChild> },
     Native { sampler: NativeSampler, spawned: bool },
@@ -426,7 +450,12 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
         None => onefix_native::is_native_command(&args.command[0]),
     };
     if native {
-        let opts = NativeOptions { rate_hz: args.rate, off_cpu: mode == Mode::Wall, stack_bytes: args.stack_bytes, ..NativeOptions::default() };
+        let opts = NativeOptions {
+            rate_hz: args.rate,
+            off_cpu: mode == Mode::Wall,
+            stack_bytes: args.stack_bytes,
+            ..NativeOptions::default()
+        };
         let (sampler, pid, spawned) = match args.pid {
             Some(pid) => (NativeSampler::attach(pid, &opts)?, pid, false),
             None => {
@@ -465,7 +494,9 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
             // Under a keeper, so that a paused read cannot take the command's exit status.
             let c = KeptChild::spawn(&mut command).map_err(|e| match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow::anyhow!("command not found: {}", args.command[0]),
-                std::io::ErrorKind::PermissionDenied => anyhow::anyhow!("cannot run {}: permission denied", args.command[0]),
+                std::io::ErrorKind::PermissionDenied => {
+                    anyhow::anyhow!("cannot run {}: permission denied", args.command[0])
+                }
                 _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
             })?;
             let pid = c.id();
@@ -498,7 +529,10 @@ pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarge
 
 /// When requests take much longer than the server works on each, the time is not in the
 /// server's code, and its profile cannot show where it goes: say so, with the figures.
-pub(crate) fn time_outside_the_server(d: &onefix_diagnose::Diagnosis, load: &onefix_load::LoadResult) -> Option<String> {
+pub(crate) fn time_outside_the_server(
+    d: &onefix_diagnose::Diagnosis,
+    load: &onefix_load::LoadResult,
+) -> Option<String> {
     let secs_per_weight = d.seconds_per_weight?;
     if load.completed == 0 {
         return None;
@@ -579,7 +613,15 @@ pub(crate) fn default_output(args: &RecordArgs) -> PathBuf {
     // A name that is taken (two recordings in one second) gets a number: a default name never
     // replaces a file.
     (1..)
-        .map(|n| if n == 1 { format!("onefix-{name}-{stamp}.onefix") } else { format!("onefix-{name}-{stamp}-{n}.onefix") })
+        .map(
+            |n| {
+                if n == 1 {
+                    format!("onefix-{name}-{stamp}.onefix")
+                } else {
+                    format!("onefix-{name}-{stamp}-{n}.onefix")
+                }
+            },
+        )
         .map(PathBuf::from)
         .find(|p| std::fs::symlink_metadata(p).is_err())
         .expect("an unbounded range")
@@ -591,7 +633,15 @@ fn local_timestamp(t: SystemTime) -> String {
     // SAFETY: localtime_r fills the zeroed tm from a valid time_t.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     unsafe { libc::localtime_r(&secs, &mut tm) };
-    format!("{:04}-{:02}-{:02}T{:02}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec)
+    format!(
+        "{:04}-{:02}-{:02}T{:02}-{:02}-{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
 }
 
 /// Turns an attach failure into the sentence to print, stopping a child we started.

@@ -26,7 +26,14 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let profile = loaded.profile;
     if profile.meta.weight_unit == onefix_model::WeightUnit::Bytes {
         let info = crate::cmd::memory::info_of(&profile).or_else(|| crate::cmd::memory::read_info(path));
-        crate::cmd::memory::report(&profile, info.as_ref(), args.memory_view.memory_view, &args.outputs, planned, loaded.complete)?;
+        crate::cmd::memory::report(
+            &profile,
+            info.as_ref(),
+            args.memory_view.memory_view,
+            &args.outputs,
+            planned,
+            loaded.complete,
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);

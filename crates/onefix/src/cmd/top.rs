@@ -17,8 +17,8 @@ use onefix_report::{write_top, TopStatus};
 
 use crate::cli::{OutputArgs, RecordArgs, TopArgs};
 use crate::cmd::outputs;
-use crate::output::RecordingFile;
 use crate::cmd::record::{catch_interrupts, start_target, StartedTarget, INTERRUPTED};
+use crate::output::RecordingFile;
 
 /// How often the screen is redrawn.
 const ROUND: Duration = Duration::from_secs(1);
@@ -69,7 +69,10 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             Language::Native => outputs::default_native_user_dirs(cwd.as_deref(), pid),
         }
     } else {
-        args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string()).collect()
+        args.user_code
+            .iter()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone()).display().to_string())
+            .collect()
     };
     let target_desc = match &argv {
         Some(a) if spawned => format!("{} (pid {pid})", a.join(" ")),
@@ -77,7 +80,13 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     };
     let mut profile = Profile::new(Meta {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
-        target: Target { argv: if spawned { argv } else { None }, pid, language: Some(language), cwd: cwd.clone(), runtime_version },
+        target: Target {
+            argv: if spawned { argv } else { None },
+            pid,
+            language: Some(language),
+            cwd: cwd.clone(),
+            runtime_version,
+        },
         mode,
         rate_hz: args.rate,
         weight_unit: WeightUnit::Samples { interval_us },
@@ -154,7 +163,12 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         let now_us = started.elapsed().as_micros() as u64;
         window.retain(|s| s.time_us + window_us >= now_us);
         profile.samples = window.clone();
-        let diagnosis = diagnose(&profile, &kb, &user, &Options { mode, cpus: Some(outputs::Machine::this().cpus), ..Options::default() });
+        let diagnosis = diagnose(
+            &profile,
+            &kb,
+            &user,
+            &Options { mode, cpus: Some(outputs::Machine::this().cpus), ..Options::default() },
+        );
         profile.take_samples();
         let status = TopStatus {
             target: target_desc.clone(),
@@ -187,10 +201,17 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     };
     if let Some(r) = recording.as_mut() {
         match finished.and_then(|()| r.persist()) {
-            Ok(Some(p)) => eprintln!("onefix: what top saw is saved in {} (render it with `onefix report {}`)", p.display(), p.display()),
+            Ok(Some(p)) => eprintln!(
+                "onefix: what top saw is saved in {} (render it with `onefix report {}`)",
+                p.display(),
+                p.display()
+            ),
             Ok(None) => {}
             Err(e) => match r.keep() {
-                Some(p) => eprintln!("onefix: the recording stopped being written ({e}); what came before is kept in {}", p.display()),
+                Some(p) => eprintln!(
+                    "onefix: the recording stopped being written ({e}); what came before is kept in {}",
+                    p.display()
+                ),
                 None => eprintln!("onefix: the recording stopped being written ({e})"),
             },
         }
@@ -269,7 +290,11 @@ impl Screen {
         }
         if f(&mut frame).is_ok() {
             // In a terminal in raw mode a bare \n does not return the carriage.
-            let text = if self.interactive { String::from_utf8_lossy(&frame).replace('\n', "\r\n") } else { String::from_utf8_lossy(&frame).into_owned() };
+            let text = if self.interactive {
+                String::from_utf8_lossy(&frame).replace('\n', "\r\n")
+            } else {
+                String::from_utf8_lossy(&frame).into_owned()
+            };
             let mut out = io::stdout().lock();
             let _ = out.write_all(text.as_bytes());
             let _ = out.flush();
