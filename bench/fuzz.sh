@@ -7,7 +7,8 @@
 # Targets (fuzz/fuzz_targets/): recording (the .onefix reader, then diagnosis and every
 # report writer on what it reads), kb (the knowledge-base loader), template (the load
 # template compiler and renderer). Needs a nightly toolchain and cargo-fuzz
-# (`cargo install cargo-fuzz`). Seeds come from fuzz/seeds/<target>; the working corpus goes to
+# (`cargo install cargo-fuzz`). Seeds come from fuzz/seeds/<target>, and for kb from the real
+# knowledge base (crates/onefix-diagnose/kb, never a stale copy); the working corpus goes to
 # fuzz/corpus/<target> (not committed). A crash leaves its input in fuzz/artifacts/<target>/:
 # turn it into a regression test next to the code it broke, fix, and commit both.
 # Prints one line per target: runs, seconds, corpus size, and whether it crashed.
@@ -23,7 +24,9 @@ status=0
 for t in "${TARGETS[@]}"; do
     mkdir -p "corpus/$t"
     log="$(mktemp "${TMPDIR:-/tmp}/onefix-fuzz-$t.XXXXXX")"
-    cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 >"$log" 2>&1
+    seeds="seeds/$t"
+    [[ "$t" == kb ]] && seeds="../crates/onefix-diagnose/kb"
+    cargo +nightly fuzz run -O "$t" "corpus/$t" "$seeds" -- -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -timeout=10 >"$log" 2>&1
     rc=$?
     runs="$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' | tail -1)"
     [[ -z "$runs" ]] && runs="$(grep -Eo '^#[0-9]+' "$log" | tail -1 | tr -d '#')"
