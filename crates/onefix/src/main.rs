@@ -2,7 +2,12 @@
 
 mod cli;
 mod cmd;
+mod memory_report;
+mod messages;
 mod output;
+mod outputs;
+mod progress;
+mod target;
 
 use std::process::ExitCode;
 
@@ -16,6 +21,8 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = cli::Cli::parse();
     let result = match cli.command {
+        // Tracking memory is its own run: the agent is preloaded, no sampler reads stacks.
+        cli::Command::Record(args) if args.memory => cmd::memory::run(args),
         cli::Command::Record(args) => cmd::record::run(args),
         cli::Command::Report(args) => cmd::report::run(args),
         cli::Command::Load(args) => cmd::load::run(args),
@@ -33,8 +40,8 @@ fn main() -> ExitCode {
                 msg.push_str(": ");
                 msg.push_str(&cause.to_string());
             }
-            eprintln!("onefix: {msg}");
-            ExitCode::from(2)
+            crate::messages::say(msg);
+            ExitCode::from(messages::NOTHING_RECORDED)
         }
     }
 }

@@ -441,7 +441,7 @@ impl StreamWriter {
                     // A FIFO with no reader yet: wait for one, as a blocking open would.
                     Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
                         if !waited {
-                            eprintln!("onefix: waiting for a reader of the FIFO {}", path.display());
+                            crate::messages::say(format_args!("waiting for a reader of the FIFO {}", path.display()));
                             waited = true;
                         }
                         if SIGNALS.load(Ordering::Relaxed) != signals_at_open {

@@ -19,8 +19,7 @@ use onefix_model::{Profile, WeightUnit};
 use serde::Serialize;
 
 use crate::cli::{CompareArgs, OutputArgs};
-use crate::cmd::outputs;
-use crate::cmd::record::LOAD_ATTACHMENT;
+use crate::outputs;
 
 /// Lines of each recording taken into the comparison: its hottest ones.
 const LINES_COMPARED: usize = 8;
@@ -40,7 +39,7 @@ fn read_input(path: &Path) -> Result<Input> {
         let loaded = read_recording(BufReader::new(&bytes[..]))
             .with_context(|| format!("cannot read the recording {}", path.display()))?;
         if !loaded.complete {
-            eprintln!("onefix: {} is truncated; comparing what it holds", path.display());
+            crate::messages::say(format_args!("{} is truncated; comparing what it holds", path.display()));
         }
         return Ok(Input::Recording(Box::new(loaded.profile)));
     }
@@ -120,7 +119,9 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
         _ => bail!("compare takes two recordings or two load results, not one of each"),
     }
     if args.html.is_some() && !html_done {
-        eprintln!("onefix: --html shows two time recordings side by side; it was not written for these inputs");
+        crate::messages::say(format_args!(
+            "--html shows two time recordings side by side; it was not written for these inputs"
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -156,7 +157,7 @@ fn write_json<T: Serialize>(out: Option<crate::output::Output>, value: &T) -> Re
 }
 
 fn load_of(p: &Profile) -> Option<LoadResult> {
-    p.attachments.get(LOAD_ATTACHMENT).and_then(|bytes| serde_json::from_slice(bytes).ok())
+    p.attachments.get(onefix_model::attachments::LOAD).and_then(|bytes| serde_json::from_slice(bytes).ok())
 }
 
 fn compare_recordings(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Result<RecordingComparison> {
@@ -382,7 +383,7 @@ fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Memor
     let diagnose =
         |p: &Profile| onefix_diagnose::diagnose_memory(p, &outputs::user_code(p, &OutputArgs::default()), &opts);
     let (da, db) = (diagnose(a), diagnose(b));
-    let peak = |p: &Profile| crate::cmd::memory::info_of(p).and_then(|i| i.peak_rss_bytes);
+    let peak = |p: &Profile| p.memory_info().and_then(|i| i.peak_rss_bytes);
     let peak_rss_bytes = [peak(a), peak(b)];
     let retained_bytes = [da.busy_weight, db.busy_weight];
     let mut lines: Vec<RetainedLine> = Vec::new();

@@ -1,42 +1,18 @@
-//! `onefix janitor` (hidden): removes the temporary directories a recording made (the asyncio
+//! `onefix janitor` (hidden; started by [`crate::target::watch_temporary_dirs`]): removes the temporary directories a recording made (the asyncio
 //! bootstrap, the allocation agent) once both onefix and its target are gone. onefix removes
 //! them itself when it ends; a killed onefix (SIGKILL, an OOM kill, a CI timeout) cannot, and
 //! the target may still need them (a child it execs preloads the agent by its path), so a small
 //! process started beside the target waits for both to end and then removes them.
 
 use std::io::Read;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
 
 use crate::cli::JanitorArgs;
-
-/// Starts a janitor for `dirs`, which onefix made, to be removed once onefix and `target` have
-/// both ended. Best effort: without one, only a killed onefix leaves the directories behind.
-pub fn watch(target: u32, dirs: &[&Path]) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills `fds` with two new descriptors, owned just below.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return;
-    }
-    // SAFETY: both descriptors were just created and are owned by nothing else.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let Ok(exe) = std::env::current_exe() else { return };
-    let mut cmd = Command::new(exe);
-    cmd.arg("janitor").arg("--target").arg(target.to_string()).args(dirs);
-    // Its own process group: a terminal's Ctrl-C is for onefix and the target, not for it.
-    cmd.stdin(Stdio::from(read_end)).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
-    if cmd.spawn().is_ok() {
-        // The write end stays open as long as onefix lives: its closing, by exit or by kill,
-        // is what the janitor waits for.
-        std::mem::forget(write_end);
-    }
-}
 
 pub fn run(args: JanitorArgs) -> Result<ExitCode> {
     // SAFETY: ignoring signals before anything else runs.

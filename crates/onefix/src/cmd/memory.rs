@@ -2,24 +2,22 @@
 //! diagnose retained and churned bytes by the user's line.
 
 use std::io::{self, BufWriter};
-use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use onefix_collect::process;
-use onefix_diagnose::{diagnose_memory, Diagnosis, MemoryOptions as DiagnoseOptions};
 use onefix_memory::{monotonic_ns, read_rss, MemoryOptions, MemoryTracker};
+use onefix_model::attachments;
 use onefix_model::recording::{read_recording, RecordingWriter};
-use onefix_model::{Language, MemoryInfo, MemoryView, Meta, Mode, Profile, RssPoint, Target, TargetExit, WeightUnit};
-use onefix_report::{write_json, JsonOptions};
+use onefix_model::{Language, Meta, Mode, Profile, RssPoint, Target, TargetExit, WeightUnit};
 
-use crate::cli::{MemoryViewArg, OutputArgs, RecordArgs};
-use crate::cmd::outputs;
-use crate::cmd::record::{
-    catch_interrupts, default_output, interrupt_then_kill_after, load_plan, DrivenLoad, INTERRUPTED, LOAD_ATTACHMENT,
-    SERVER_START_LIMIT,
+use crate::cli::RecordArgs;
+use crate::memory_report;
+use crate::outputs;
+use crate::target::{
+    catch_interrupts, default_output, interrupt_then_kill_after, load_plan, DrivenLoad, INTERRUPTED, SERVER_START_LIMIT,
 };
 
 /// How often what was sampled is written to the recording.
@@ -73,7 +71,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
     })?;
     let pid = child.id();
-    crate::cmd::janitor::watch(pid, &[tracker.agent_dir()]);
+    crate::target::watch_temporary_dirs(pid, &[tracker.agent_dir()]);
     // The child is reaped below with wait4 (for its peak RSS), not through `child`.
     drop(child);
     let cwd = process::cwd(pid);
@@ -143,7 +141,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let load_result = match driven.map(DrivenLoad::finish) {
         Some(Ok(result)) => Some(result),
         Some(Err(e)) => {
-            eprintln!("onefix: the load did not run: {e}");
+            crate::messages::say(format_args!("the load did not run: {e}"));
             None
         }
         None => None,
@@ -176,10 +174,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
 
     // What the target's RSS did travels with the recording, for `compare`.
-    profile.attachments.insert(MEMORY_ATTACHMENT.to_owned(), serde_json::to_vec(&info).unwrap_or_default());
+    profile.attach(attachments::MEMORY, &info);
     if let Some(result) = &load_result {
         // The load's result travels with the recording, for `report` and `compare`.
-        profile.attachments.insert(LOAD_ATTACHMENT.to_owned(), serde_json::to_vec(result).unwrap_or_default());
+        profile.attach(attachments::LOAD, result);
     }
     if info.sampled == 0 {
         // Nothing worth keeping: the partial recording goes with `recording`.
@@ -205,26 +203,26 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     };
     let saved_at = written.and_then(|()| recording.persist()).map_err(|e| {
         match recording.keep() {
-            Some(p) => eprintln!("onefix: could not write the recording {shown} ({e}); what was written is kept in {}, and {shown} was left as it was", p.display()),
-            None => eprintln!("onefix: could not write the recording {shown} ({e})"),
+            Some(p) => crate::messages::say(format_args!("could not write the recording {shown} ({e}); what was written is kept in {}, and {shown} was left as it was", p.display())),
+            None => crate::messages::say(format_args!("could not write the recording {shown} ({e})")),
         }
     });
-    report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, planned, true)?;
+    memory_report::report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, planned, true)?;
     if let (Some(result), Some(_)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was tracked:");
-        crate::cmd::load::emit(result, load_json)?;
+        outputs::emit_load(result, load_json)?;
     }
     let streamed = recording.dest.as_ref().is_some_and(|d| matches!(d.dest, crate::output::Dest::Stream { .. }));
     match saved_at {
-        Ok(Some(p)) if !args.outputs.quiet && !streamed => {
-            eprintln!(
-                "onefix: recording saved to {} (render it again with `onefix report {}`)",
-                p.display(),
-                p.display()
-            )
+        Ok(Some(p)) if !args.outputs.quiet && !streamed => crate::messages::say(format_args!(
+            "recording saved to {} (render it again with `onefix report {}`)",
+            p.display(),
+            p.display()
+        )),
+        Ok(Some(p)) if !args.outputs.quiet => {
+            crate::messages::say(format_args!("the recording was written to {}", p.display()))
         }
-        Ok(Some(p)) if !args.outputs.quiet => eprintln!("onefix: the recording was written to {}", p.display()),
-        Err(()) => return Ok(ExitCode::from(1)),
+        Err(()) => return Ok(ExitCode::from(crate::messages::RECORDED_BUT_INCOMPLETE)),
         _ => {}
     }
     Ok(ExitCode::SUCCESS)
@@ -312,133 +310,4 @@ fn exit_note(exit: Option<&TargetExit>) -> String {
         Some(TargetExit::Signal(s)) => format!(" (it was killed by signal {s})"),
         _ => String::new(),
     }
-}
-
-/// Where recordings made before the facts were attached kept them: beside the file.
-pub fn info_path(recording: &Path) -> PathBuf {
-    let mut name = recording.as_os_str().to_owned();
-    name.push(".memory.json");
-    PathBuf::from(name)
-}
-
-/// The name of the RSS and sampling facts among a memory recording's attachments.
-pub const MEMORY_ATTACHMENT: &str = "memory";
-
-/// The memory facts a recording carries (recordings made before they were attached have them
-/// beside the file; see [`read_info`]).
-pub fn info_of(profile: &Profile) -> Option<MemoryInfo> {
-    profile.attachments.get(MEMORY_ATTACHMENT).and_then(|b| serde_json::from_slice(b).ok())
-}
-
-pub fn read_info(recording: &Path) -> Option<MemoryInfo> {
-    let text = std::fs::read_to_string(info_path(recording)).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
-fn view_of(arg: MemoryViewArg) -> MemoryView {
-    match arg {
-        MemoryViewArg::Retained => MemoryView::Retained,
-        MemoryViewArg::Allocated => MemoryView::Allocated,
-    }
-}
-
-/// Diagnoses a memory recording and writes every output: the flame graph, speedscope and
-/// folded stacks weigh the chosen view; the JSON report adds a `memory` object.
-pub fn report(
-    profile: &Profile,
-    info: Option<&MemoryInfo>,
-    view: MemoryViewArg,
-    args: &OutputArgs,
-    mut planned: outputs::Planned,
-    complete: bool,
-) -> Result<()> {
-    let user = outputs::user_code(profile, args);
-    // A child that exited took its heap with it: the target's heap is that of the processes
-    // that lasted; the children are told apart in a note.
-    let lasting;
-    let profile = match info.filter(|i| !i.exited_children.is_empty()) {
-        Some(i) => {
-            lasting = profile.only_processes(|pid| i.exited_children.binary_search(&pid).is_err());
-            &lasting
-        }
-        None => profile,
-    };
-    let mut diagnosis = diagnose_memory(profile, &user, &DiagnoseOptions::default());
-    if let Some(info) = info {
-        add_notes(&mut diagnosis, info);
-    }
-    let shown = profile.memory_view(view_of(view));
-    if let Some(out) = planned.json.take() {
-        let shown_at = out.shown.display().to_string();
-        write_memory_json(out, &shown, &diagnosis, info, view, complete)
-            .with_context(|| format!("could not write the JSON report to {shown_at}"))?;
-    }
-    outputs::write_all(&shown, &diagnosis, Mode::Wall, planned, complete)?;
-    Ok(())
-}
-
-fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
-    if let Some(peak) = info.peak_rss_bytes {
-        let (first, last) = (info.rss.first(), info.rss.last());
-        let over = match (first, last) {
-            (Some(a), Some(b)) if info.rss.len() > 1 => format!(
-                "; RSS went from {} to {} over {:.1} s",
-                mb(a.rss_bytes),
-                mb(b.rss_bytes),
-                (b.time_us - a.time_us) as f64 / 1e6
-            ),
-            _ => String::new(),
-        };
-        d.notes.insert(0, format!("peak RSS of the target: {}{over}", mb(peak)));
-    }
-    match (info.python_frames, info.python_malloc.as_deref()) {
-        (true, Some("malloc")) if info.python_malloc_by_onefix => d.notes.push(
-            "Python objects were tracked through PYTHONMALLOC=malloc, set by onefix (pymalloc's arenas hide small objects from the allocator; this costs the target about a third more CPU)"
-                .into(),
-        ),
-        (true, Some(v)) if !v.starts_with("malloc") => d.notes.push(format!(
-            "PYTHONMALLOC={v} was kept as you set it: objects of 512 bytes or less come from pymalloc's 1 MiB arenas, which are sampled as mmaps and charged to the line that needed a new arena; unset PYTHONMALLOC to see every object"
-        )),
-        _ => {}
-    }
-    if !info.exited_children.is_empty() {
-        let n = info.exited_children.len();
-        let largest = info.children_peak_bytes.iter().max().copied().unwrap_or(0);
-        d.notes.push(format!(
-            "{n} child process{} exited during the recording: each one's heap was its own and ended with it, so it is not counted above (the largest child heap peaked at {} sampled)",
-            if n == 1 { "" } else { "es" },
-            mb(largest)
-        ));
-    }
-    if info.untracked > 0 {
-        d.notes.push(format!(
-            "{} sampled allocations could not be followed to their free: retained bytes are overestimated",
-            info.untracked
-        ));
-    }
-}
-
-fn mb(b: u64) -> String {
-    format!("{:.1} MB", b as f64 / 1e6)
-}
-
-fn write_memory_json(
-    out: crate::output::Output,
-    profile: &Profile,
-    d: &Diagnosis,
-    info: Option<&MemoryInfo>,
-    view: MemoryViewArg,
-    complete: bool,
-) -> Result<()> {
-    let mut buf = Vec::new();
-    write_json(&mut buf, profile, d, &JsonOptions { complete })?;
-    let mut value: serde_json::Value = serde_json::from_slice(&buf)?;
-    let mut memory = serde_json::to_value(info.cloned().unwrap_or_default())?;
-    memory["view"] = serde_json::Value::String(match view {
-        MemoryViewArg::Retained => "retained".into(),
-        MemoryViewArg::Allocated => "allocated".into(),
-    });
-    value["memory"] = memory;
-    out.write_with(|w| serde_json::to_writer_pretty(w, &value).map_err(io::Error::from))?;
-    Ok(())
 }

@@ -3,8 +3,6 @@ pub mod generate;
 pub mod janitor;
 pub mod load;
 pub mod memory;
-pub mod outputs;
-pub mod progress;
 pub mod record;
 pub mod report;
 pub mod top;

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use onefix_model::recording::read_recording;
 
 use crate::cli::ReportArgs;
-use crate::cmd::outputs;
+use crate::outputs;
 
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let path = &args.recording;
@@ -17,16 +17,16 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
     let loaded = read_recording(BufReader::new(file)).with_context(|| format!("cannot read {}", path.display()))?;
     if !loaded.complete {
-        eprintln!(
-            "onefix: {} ends early (the profiler was stopped before it finished writing); reporting the {} samples it holds",
+        crate::messages::say(format_args!(
+            "{} ends early (the profiler was stopped before it finished writing); reporting the {} samples it holds",
             path.display(),
             loaded.profile.sample_count()
-        );
+        ));
     }
     let profile = loaded.profile;
     if profile.meta.weight_unit == onefix_model::WeightUnit::Bytes {
-        let info = crate::cmd::memory::info_of(&profile).or_else(|| crate::cmd::memory::read_info(path));
-        crate::cmd::memory::report(
+        let info = profile.memory_info().or_else(|| crate::memory_report::read_info(path));
+        crate::memory_report::report(
             &profile,
             info.as_ref(),
             args.memory_view.memory_view,

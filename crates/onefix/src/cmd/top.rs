@@ -16,9 +16,9 @@ use onefix_model::{Language, Meta, Mode, Profile, Sample, Target, TargetExit, We
 use onefix_report::{write_top, TopStatus};
 
 use crate::cli::{OutputArgs, RecordArgs, TopArgs};
-use crate::cmd::outputs;
-use crate::cmd::record::{catch_interrupts, start_target, StartedTarget, INTERRUPTED};
 use crate::output::RecordingFile;
+use crate::outputs;
+use crate::target::{catch_interrupts, start_target, StartedTarget, INTERRUPTED};
 
 /// How often the screen is redrawn.
 const ROUND: Duration = Duration::from_secs(1);
@@ -167,7 +167,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             &profile,
             &kb,
             &user,
-            &Options { mode, cpus: Some(outputs::Machine::this().cpus), ..Options::default() },
+            &Options { mode, cpus: Some(onefix_model::attachments::Machine::this().cpus), ..Options::default() },
         );
         profile.take_samples();
         let status = TopStatus {
@@ -191,7 +191,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     profile.meta.duration_s = elapsed_us as f64 / 1e6;
     drop(screen);
     for warning in sampler.warnings() {
-        eprintln!("onefix: {warning}");
+        crate::messages::say(warning);
     }
     drop(sampler);
     let finished = match (write_error, writer) {
@@ -201,23 +201,23 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     };
     if let Some(r) = recording.as_mut() {
         match finished.and_then(|()| r.persist()) {
-            Ok(Some(p)) => eprintln!(
-                "onefix: what top saw is saved in {} (render it with `onefix report {}`)",
+            Ok(Some(p)) => crate::messages::say(format_args!(
+                "what top saw is saved in {} (render it with `onefix report {}`)",
                 p.display(),
                 p.display()
-            ),
+            )),
             Ok(None) => {}
             Err(e) => match r.keep() {
-                Some(p) => eprintln!(
-                    "onefix: the recording stopped being written ({e}); what came before is kept in {}",
+                Some(p) => crate::messages::say(format_args!(
+                    "the recording stopped being written ({e}); what came before is kept in {}",
                     p.display()
-                ),
-                None => eprintln!("onefix: the recording stopped being written ({e})"),
+                )),
+                None => crate::messages::say(format_args!("the recording stopped being written ({e})")),
             },
         }
     }
     if let Some(TargetExit::Code(code)) = profile.meta.exit {
-        eprintln!("onefix: the target exited with {code}");
+        crate::messages::say(format_args!("the target exited with {code}"));
     }
     Ok(ExitCode::SUCCESS)
 }

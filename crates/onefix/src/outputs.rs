@@ -13,6 +13,7 @@ use onefix_report::{
 
 use crate::cli::{ModeArg, OutputArgs};
 use crate::output::{self, Output, OutputError, RecordingFile};
+use onefix_load::{summary, LoadResult};
 
 impl From<ModeArg> for Mode {
     fn from(m: ModeArg) -> Mode {
@@ -97,7 +98,7 @@ pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagno
         profile,
         knowledge_base(),
         &user,
-        &Options { mode, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() },
+        &Options { mode, cpus: profile.machine().map(|m| m.cpus), ..Options::default() },
     )
 }
 
@@ -109,29 +110,8 @@ pub fn run_diagnosis_all_lines(profile: &Profile, mode: Mode) -> Diagnosis {
         profile,
         knowledge_base(),
         &user,
-        &Options { mode, max_hot_lines: usize::MAX, cpus: Machine::of(profile).map(|m| m.cpus), ..Options::default() },
+        &Options { mode, max_hot_lines: usize::MAX, cpus: profile.machine().map(|m| m.cpus), ..Options::default() },
     )
-}
-
-/// The name of the recording machine's facts among a recording's attachments.
-pub const MACHINE_ATTACHMENT: &str = "machine";
-
-/// What the diagnosis needs to know of the machine a recording was made on.
-#[derive(serde::Serialize, serde::Deserialize)]
-pub struct Machine {
-    /// CPUs the target could run on.
-    pub cpus: u32,
-}
-
-impl Machine {
-    pub fn this() -> Machine {
-        Machine { cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32) }
-    }
-
-    /// The machine a recording was made on; `None` for recordings made before it was kept.
-    pub fn of(profile: &Profile) -> Option<Machine> {
-        profile.attachments.get(MACHINE_ATTACHMENT).and_then(|b| serde_json::from_slice(b).ok())
-    }
 }
 
 /// The outputs of `OutputArgs`, each checked (and its temporary file made) before anything runs.
@@ -281,10 +261,10 @@ pub fn plan_record(
                 *slot = Some(path.to_path_buf());
                 recording_path = None;
                 if !args.quiet && !no_save {
-                    eprintln!(
-                        "onefix: -o {} is written as {flag} would write it; the recording keeps its default name",
+                    crate::messages::say(format_args!(
+                        "-o {} is written as {flag} would write it; the recording keeps its default name",
                         path.display()
-                    );
+                    ));
                 }
             }
             None if no_save => {
@@ -306,4 +286,22 @@ pub fn plan_record(
     output::check_distinct(&all, &[])?;
     let recording = RecordingFile::create(recording)?;
     Ok(RecordPlan { recording, outputs, load_json })
+}
+
+/// Prints the summary of a load and writes its JSON result where asked.
+/// The summary goes to stderr when the JSON result takes stdout (`--json -`).
+pub fn emit_load(result: &LoadResult, json: Option<Output>) -> Result<()> {
+    match &json {
+        Some(o) if o.is_stdout() => eprint!("{}", summary::render(result)),
+        _ => print!("{}", summary::render(result)),
+    }
+    if let Some(out) = json {
+        let shown = out.shown.display().to_string();
+        out.write_with(|w| {
+            serde_json::to_writer_pretty(&mut *w, result)?;
+            writeln!(w)
+        })
+        .with_context(|| format!("cannot write the load's JSON result to {shown}"))?;
+    }
+    Ok(())
 }

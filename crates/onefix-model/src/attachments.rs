@@ -1,0 +1,70 @@
+//! Named results kept with a recording beside its samples, typed: the machine it was made on,
+//! the RSS and counters of a memory recording, and the load that drove it. Each is stored as
+//! JSON under its name (see [`crate::recording::RecordingWriter::write_attachment`]); the load's
+//! own type lives in onefix-load, so it is read there from [`LOAD`].
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::{MemoryInfo, Profile};
+
+/// The machine a recording was made on.
+pub const MACHINE: &str = "machine";
+/// A memory recording's RSS over time, live heap and counters ([`MemoryInfo`]).
+pub const MEMORY: &str = "memory";
+/// The result of the load that drove the target (`record --load`), as onefix-load writes it.
+pub const LOAD: &str = "load";
+
+/// What the diagnosis needs to know of the machine a recording was made on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    /// CPUs the target could run on: the work a fix leaves still runs on them.
+    pub cpus: u32,
+}
+
+impl Machine {
+    pub fn this() -> Machine {
+        Machine { cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32) }
+    }
+}
+
+impl Profile {
+    /// Keeps `value` with the profile under `name`, and gives the bytes stored (for a writer
+    /// that streams the recording).
+    pub fn attach<T: Serialize>(&mut self, name: &str, value: &T) -> Vec<u8> {
+        let bytes = serde_json::to_vec(value).unwrap_or_default();
+        self.attachments.insert(name.to_owned(), bytes.clone());
+        bytes
+    }
+
+    /// The attachment `name`, if the recording has it and it reads as a `T`.
+    pub fn attachment<T: DeserializeOwned>(&self, name: &str) -> Option<T> {
+        self.attachments.get(name).and_then(|b| serde_json::from_slice(b).ok())
+    }
+
+    /// The machine the recording was made on; `None` for recordings made before it was kept.
+    pub fn machine(&self) -> Option<Machine> {
+        self.attachment(MACHINE)
+    }
+
+    /// A memory recording's facts beyond its samples.
+    pub fn memory_info(&self) -> Option<MemoryInfo> {
+        self.attachment(MEMORY)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Meta;
+
+    #[test]
+    fn attachments_read_back_as_they_were_kept() {
+        let mut p = Profile::new(Meta::default());
+        assert_eq!(p.machine(), None);
+        p.attach(MACHINE, &Machine { cpus: 2 });
+        assert_eq!(p.machine(), Some(Machine { cpus: 2 }));
+        p.attachments.insert(MEMORY.into(), b"not json".to_vec());
+        assert!(p.memory_info().is_none(), "a damaged attachment reads as absent");
+    }
+}
