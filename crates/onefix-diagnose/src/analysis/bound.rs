@@ -1,0 +1,37 @@
+//! The bound on the gain: Amdahl's law over a line's share, and the bound of two costs that go
+//! away together.
+
+/// Amdahl's bound: what is left if this share went to zero; none for a share of 1.
+pub(super) fn speedup(share: f64) -> Option<f64> {
+    (share < 1.0).then(|| 1.0 / (1.0 - share))
+}
+
+/// The bound when the cost behind bound `a` and the part `b_part` of the cost behind bound `b`
+/// both go away: their shares (each `1 - 1/bound`) add. None when either bound is unknown.
+pub(super) fn combine(a: Option<f64>, b: Option<f64>, b_part: f64) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => speedup((1.0 - 1.0 / a) + (1.0 - 1.0 / b) * b_part),
+        _ => None,
+    }
+}
+
+/// Evidence lines kept per finding.
+pub(super) const MAX_EVIDENCE: usize = 6;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_and_the_bound_follows() {
+        assert_eq!(speedup(0.5), Some(2.0));
+        assert_eq!(speedup(1.0), None);
+        // 50% and 25% go away together: 75%, a bound of 4x.
+        let both = combine(Some(2.0), Some(4.0 / 3.0), 1.0).unwrap();
+        assert!((both - 4.0).abs() < 1e-9, "{both}");
+        // Only half of the second cost goes: 62.5%.
+        let half = combine(Some(2.0), Some(4.0 / 3.0), 0.5).unwrap();
+        assert!((half - 1.0 / 0.375).abs() < 1e-9, "{half}");
+        assert_eq!(combine(Some(2.0), None, 1.0), None);
+    }
+}

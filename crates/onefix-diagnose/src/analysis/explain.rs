@@ -1,0 +1,374 @@
+//! Why a line costs: the knowledge-base entry under most of its weight, or what its thread
+//! state and self time show (the built-in classifications), with its evidence and gain bound.
+
+use super::*;
+
+impl Engine<'_> {
+    /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
+    /// thread state and self time show.
+    /// `stretch` is the part of the run between the line's first and last sighting: the part
+    /// that repeats it, from which the gain bound is computed.
+    pub(super) fn explain(
+        &mut self,
+        l: usize,
+        recurrence: f64,
+        stretch: &Stretch,
+        share: &dyn Fn(u64) -> f64,
+        opts: &Options,
+    ) -> Finding {
+        let profile = self.profile;
+        let mode = opts.mode;
+        let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
+        let mut entry_weight: HashMap<u16, u64> = HashMap::new();
+        let mut frame_incl: HashMap<FrameId, u64> = HashMap::new();
+        let mut leaf_self: HashMap<FrameId, u64> = HashMap::new();
+        // Callers by how far up they are (the line's function's caller first), by weight.
+        let mut caller_weight: Vec<HashMap<FrameId, u64>> = Vec::new();
+        // The functions the line itself calls, by the weight under each.
+        let mut direct_callee: HashMap<FrameId, u64> = HashMap::new();
+        // The first frame seen of each function (file, name), which stands for all its lines.
+        let mut function_frame: HashMap<(&str, &str), FrameId> = HashMap::new();
+        let function_of = |f: FrameId| {
+            let fr = profile.frame(f);
+            (fr.file.as_str(), fr.function.as_str())
+        };
+        for &((stack, active), w) in &by_stack {
+            let i = self.stacks[stack as usize].unwrap() as usize;
+            let facts = &self.stack_facts[i];
+            for &e in &facts.cost {
+                if self.kb.entries[e as usize].spec.when == When::Any || !active {
+                    *entry_weight.entry(e).or_default() += w;
+                }
+            }
+            // By function, not by frame: a function seen at several of its lines is one piece of
+            // evidence with all of its time.
+            let mut seen = Vec::with_capacity(facts.beneath.len());
+            for &f in &facts.beneath {
+                let f = *function_frame.entry(function_of(f)).or_insert(f);
+                if !seen.contains(&f) {
+                    seen.push(f);
+                    *frame_incl.entry(f).or_default() += w;
+                }
+            }
+            if let Some(&leaf) = facts.beneath.first() {
+                let leaf = *function_frame.entry(function_of(leaf)).or_insert(leaf);
+                *leaf_self.entry(leaf).or_default() += w;
+            }
+            if let Some(&called) = facts.beneath.last() {
+                let called = *function_frame.entry(function_of(called)).or_insert(called);
+                *direct_callee.entry(called).or_default() += w;
+            }
+            for (depth, &c) in facts.callers.iter().enumerate() {
+                if caller_weight.len() <= depth {
+                    caller_weight.push(HashMap::new());
+                }
+                *caller_weight[depth].entry(c).or_default() += w;
+            }
+        }
+        let acc = &self.lines[l];
+        let (weight, self_weight, blocked, frame_id) = (acc.weight, acc.self_weight, acc.blocked, acc.frame);
+        let frame = profile.frame(frame_id).clone();
+
+        let best = entry_weight
+            .iter()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .map(|(&e, &w)| (e, w))
+            .filter(|&(_, w)| w as f64 >= ENTRY_EXPLAINS * weight as f64);
+
+        // Evidence: the frame of each matching entry that carries the most weight, then the
+        // innermost functions where the time is actually spent.
+        let mut evidence: Vec<Evidence> = Vec::new();
+        let mut entries: Vec<(u16, u64)> = entry_weight.iter().map(|(&e, &w)| (e, w)).collect();
+        entries.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (e, _) in entries.iter().take(3) {
+            let top = frame_incl
+                .iter()
+                .filter(|(&f, _)| self.frames[f as usize].as_ref().is_some_and(|ff| ff.cost.contains(e)))
+                .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
+            // Under a hundredth of the time, an entry's frame is noise next to the ones that cost.
+            if let Some((&f, &w)) = top.filter(|(_, &w)| share(w) >= 0.01) {
+                self.push_evidence(&mut evidence, f, share(w));
+            }
+        }
+        let mut leaves: Vec<(FrameId, u64)> = leaf_self.into_iter().collect();
+        leaves.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (f, w) in leaves.into_iter().take(3) {
+            if share(w) >= 0.01 {
+                self.push_evidence(&mut evidence, f, share(w));
+            }
+        }
+
+        let line_share = share(weight);
+        let loop_here = self.loop_of(frame_id);
+        // The loop that repeats the line may be a few calls up (a helper called by a helper
+        // called in the loop): the nearest caller, through the heaviest at each level, in a loop.
+        let loop_in_caller = caller_weight.iter().find_map(|by_frame| {
+            let (&c, _) = by_frame.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+            self.loop_of(c)
+        });
+
+        let called: Vec<String> = self
+            .code(&frame.file, frame.line)
+            // Only method and module calls: builtins (min, len, sum) on a line are part of its
+            // own computation.
+            .map(|c| called_names(&c).into_iter().filter(|n| n.contains('.')).collect())
+            .unwrap_or_default();
+        // The self time of a line is in a call with no frame of its own: not one of the
+        // calls that show Python frames under the line (those run Python code, seen apart).
+        let python_callees: Vec<&str> = direct_callee
+            .keys()
+            .map(|&f| profile.frame(f))
+            .filter(|f| f.kind == FrameKind::Python)
+            .map(|f| f.function.rsplit('.').next().unwrap_or(&f.function))
+            .collect();
+        let compiled_call = called.iter().find(|n| !python_callees.contains(&n.rsplit('.').next().unwrap_or(n)));
+        let (kind, rule, what, why, fix) = match (best, compiled_call) {
+            (Some((e, _)), _) => {
+                let spec = &self.kb.entries[e as usize].spec;
+                let mut why = spec.why.clone();
+                // A second entry under most of the same time names where it goes inside.
+                if let Some(&(inner, w)) = entries.iter().find(|(o, w)| *o != e && *w * 2 >= weight) {
+                    why = format!("{why}; most of it is {} ({:.0}%)", self.kb.entries[inner as usize].spec.what, share(w) * 100.0);
+                }
+                (spec.kind.clone(), spec.id.clone(), spec.what.clone(), why, spec.fix_for(frame.kind).to_owned())
+            }
+            (None, _) if mode == Mode::Wall && blocked * 2 >= weight => (
+                "blocking-wait".to_owned(),
+                "blocked".to_owned(),
+                "waiting".to_owned(),
+                format!("the thread is blocked here {:.0}% of the time, not running", blocked as f64 * 100.0 / weight as f64),
+                "find what the line waits for (a lock, a reply, a child process) and overlap or remove the wait".to_owned(),
+            ),
+            // Self time on a line that calls something is time inside a C function, which has
+            // no Python frame of its own.
+            (None, Some(c_call)) if self_weight * 2 >= weight => (
+                "hot-call".to_owned(),
+                "c-call".to_owned(),
+                format!("calling {c_call}()"),
+                format!("the time is spent inside {c_call}(), compiled code called from this line that has no Python frames of its own (record with --native to see inside it)"),
+                format!("call {c_call}() less often (hoist it out of the loop, cache its result, batch the calls), or pass it less data"),
+            ),
+            (None, _) if self_weight * 2 >= weight => (
+                "hot-loop-compute".to_owned(),
+                "self-time".to_owned(),
+                "running its own code".to_owned(),
+                "the time is spent executing this line's own code, not in a library it calls".to_owned(),
+                "do less work per pass: move invariant work out of the loop, use a better algorithm or data structure, or a vectorised or compiled library".to_owned(),
+            ),
+            (None, _) => {
+                // Named by the call on the line that carries the most time (not by an entry that
+                // explains too little of it to classify the line).
+                let heaviest = direct_callee.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(&f, &w)| (f, w));
+                if let Some((f, w)) = heaviest {
+                    let native = profile.frame(f).kind != FrameKind::Python;
+                    let name = unqualified_name(profile.frame(f)).filter(|_| native).unwrap_or_else(|| self.frame(f).qualified.clone());
+                    let raw = self.frame(f).qualified.clone();
+                    evidence.retain(|e| e.frame != name && e.frame != raw);
+                    evidence.insert(0, Evidence { frame: name, file: profile.frame(f).file.clone(), line: profile.frame(f).line, share: share(w) });
+                }
+                let callee = evidence.first().map(|e| e.frame.clone()).unwrap_or_else(|| "the calls it makes".into());
+                (
+                    "hot-call".to_owned(),
+                    "hot-call".to_owned(),
+                    format!("calling {callee}"),
+                    format!("most of this line's time is spent in {callee} and what it calls"),
+                    format!("call {callee} less often (cache its result, batch the calls) or use a faster alternative"),
+                )
+            }
+        };
+
+        // Serial waits are fixed at the loop that issues them, which may be in a caller.
+        let (mut file, mut line, mut function, mut code) =
+            (frame.file.clone(), frame.line, frame.function.clone(), self.code(&frame.file, frame.line));
+
+        // Time inside a method of an object built a few lines above, in the same function, by a
+        // known set-up call is that set-up's cost paid lazily (a database connection reads its
+        // schema on the first statement): the fix is where the object is made.
+        let (mut kind, mut rule, mut why, mut fix) = (kind, rule, why, fix);
+        // A bound called in a loop's condition runs again on every pass (`i < strlen(s)`
+        // re-scans the string each time: the loop is quadratic), though its answer rarely changes.
+        let in_condition = matches!(rule.as_str(), "hot-call" | "c-call")
+            && self.user.resolve(&frame.file).is_some_and(|p| self.source.bound_recomputed_every_pass(&p, frame.line));
+        if in_condition {
+            kind = "hot-loop-compute".to_owned();
+            rule = "call-in-loop-condition".to_owned();
+            why = format!("the loop's condition on this line makes the call again on every pass; {why}");
+            fix = "compute it once before the loop (or update it inside the loop when what it depends on changes) instead of calling it in the condition".to_owned();
+        }
+        // Waits issued one at a time are fixed at the loop; waits that already overlap are not.
+        if kind == "serial-io" {
+            if let Some((mean, peak)) = self.in_flight(l) {
+                if mean >= OVERLAPPING_WAITS {
+                    kind = "blocking-wait".to_owned();
+                    rule = format!("{rule}-concurrent");
+                    why = format!("{:.1} waits are in flight at once here (mean over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", mean, IN_FLIGHT_WINDOW_US / 1000, peak);
+                    fix = "the waits already overlap: make each shorter (a closer or faster service, smaller replies, a cache) or issue fewer of them".to_owned();
+                } else {
+                    why = format!(
+                        "{why}; one wait in flight at a time (mean {mean:.1} over {} ms windows, at most {peak:.1})",
+                        IN_FLIGHT_WINDOW_US / 1000
+                    );
+                    evidence.push(Evidence {
+                        frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"),
+                        file: String::new(),
+                        line: 0,
+                        share: line_share,
+                    });
+                }
+            }
+        }
+        // A query on a connection opened a few lines above is that connection's set-up too.
+        if kind == "hot-call" || kind == "n-plus-one-query" {
+            if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
+                let spec = &self.kb.entries[e as usize].spec;
+                evidence.insert(
+                    0,
+                    Evidence {
+                        frame: format!("{} (first use)", code.clone().unwrap_or_default()),
+                        file: file.clone(),
+                        line,
+                        share: line_share,
+                    },
+                );
+                why = format!(
+                    "{}; the set-up is finished lazily, so its cost shows at the first use on line {}",
+                    spec.why, frame.line
+                );
+                (kind, rule, fix) = (spec.kind.clone(), spec.id.clone(), spec.fix_for(frame.kind).to_owned());
+                line = made_at;
+                code = Some(made_code);
+            }
+        }
+        let enclosing = loop_here.or(loop_in_caller);
+        // Waits no loop of the user's repeats (a handler's one call to its backend) have
+        // nothing to overlap with: the reply's own latency is the cost.
+        if kind == "serial-io" && enclosing.is_none() {
+            kind = "blocking-wait".to_owned();
+            rule = format!("{rule}-single");
+            why = "the thread waits here for one reply at a time, and no loop in your code repeats the call, so there is nothing to overlap it with: the time is the reply's own latency".to_owned();
+            fix = "make the reply faster (a closer or faster service, a kept-alive connection, smaller replies, a cache of answers that repeat), or start the request earlier, alongside other work".to_owned();
+        }
+        if kind == "serial-io" {
+            if let Some((owner, loop_line)) = enclosing {
+                let owner = profile.frame(owner).clone();
+                evidence.insert(
+                    0,
+                    Evidence {
+                        frame: format!(
+                            "{} (the call that waits)",
+                            code.clone().unwrap_or_else(|| frame.function.clone())
+                        ),
+                        file: file.clone(),
+                        line,
+                        share: line_share,
+                    },
+                );
+                file = owner.file.clone();
+                line = loop_line;
+                function = owner.function.clone();
+                code = self.code(&owner.file, loop_line);
+            }
+        }
+        let enclosing_loop = enclosing.map(|(owner, l)| format!("{}:{}", short(&profile.frame(owner).file), l));
+        let advice = match (&enclosing_loop, kind.as_str()) {
+            (Some(at), k) if k != "serial-io" => format!("{fix} (the loop is at {at})"),
+            _ => fix,
+        };
+        let explained_share = best.map(|(_, w)| share(w)).unwrap_or(line_share);
+        let title = format!(
+            "{} takes {:.0}% of the {} under {}:{}",
+            capitalize(&what),
+            explained_share * 100.0,
+            match mode {
+                Mode::Wall => "busy threads' wall time",
+                Mode::Cpu => "CPU time",
+            },
+            short(&frame.file),
+            frame.line
+        );
+        evidence.truncate(MAX_EVIDENCE);
+        let amdahl = speedup(weight as f64 / stretch.busy.max(1) as f64);
+        // The work the line does not do stays, and runs on the machine's CPUs at best: a
+        // bound past that (a lock whose holders compute, on fewer CPUs than threads) is no bound.
+        let line_running = weight - blocked;
+        let cpu_cap = match (opts.cpus, profile.seconds_per_weight()) {
+            (Some(cpus), Some(spw)) if stretch.seconds > 0.0 && stretch.running > line_running => {
+                let cpu_seconds = (stretch.running - line_running) as f64 * spw;
+                Some((cpus as f64 * stretch.seconds / cpu_seconds, cpus, cpu_seconds))
+            }
+            _ => None,
+        };
+        let max_speedup = match (amdahl, cpu_cap) {
+            (Some(a), Some((cap, cpus, cpu_seconds))) if cap < a => {
+                why = format!(
+                    "{why}; the work that stays needs {cpu_seconds:.1} CPU-seconds of this {:.1} s stretch on the machine's {cpus} CPUs, so removing this cost can gain {cap:.1}x at most",
+                    stretch.seconds
+                );
+                Some(cap.max(1.0))
+            }
+            (a, _) => a,
+        };
+        Finding {
+            rank: 0,
+            kind,
+            file,
+            line,
+            function,
+            code,
+            share: line_share,
+            max_speedup,
+            bound_weight: stretch.busy,
+            explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
+            title,
+            advice,
+            why,
+            evidence,
+            recurrence,
+            rule,
+            enclosing_loop,
+        }
+    }
+
+    /// For a line calling `obj.method(...)`, the line above in the same function that made
+    /// `obj` with a call a set-up entry knows, and that entry.
+    pub(super) fn lazy_setup(&mut self, file: &str, line: u32, called: &[String]) -> Option<(u32, String, u16)> {
+        let path = self.user.resolve(file)?;
+        let receiver =
+            called.iter().find_map(|c| c.rsplit_once('.').map(|(r, _)| r.trim_start_matches("self.").to_owned()))?;
+        let (made_at, made_code) = self.source.assignment_of(&path, line, &receiver)?;
+        let names = called_names(&made_code);
+        let entry = self.kb.entries.iter().position(|e| {
+            e.spec.role == Role::Cost
+                && matches!(e.spec.kind.as_str(), "repeated-setup" | "new-connection-per-request")
+                && names.iter().any(|n| e.matches_call(n))
+        })?;
+        Some((made_at, made_code, entry as u16))
+    }
+
+    /// How many blocked samples of line `l` are in flight at once: the mean and the peak over
+    /// the windows where the line waits, leaving out the first and last (partly covered). The
+    /// mean, not the median: a sampler's late tick moves weight between neighbouring windows,
+    /// which the mean cancels out. A window counts at most as many waits as threads waited in
+    /// it: one thread's late tick can put more than a window's worth of weight in one window.
+    pub(super) fn in_flight(&self, l: usize) -> Option<(f64, f64)> {
+        let window_weight = IN_FLIGHT_WINDOW_US as f64 / 1e6 / self.profile.seconds_per_weight()?;
+        let windows = &self.lines[l].blocked_windows;
+        let (first, last) = (*windows.keys().min()?, *windows.keys().max()?);
+        let counts: Vec<f64> = windows
+            .iter()
+            .filter(|(&k, _)| last - first < 3 || (k != first && k != last))
+            .map(|(_, (w, threads))| (*w as f64 / window_weight).min(threads.len() as f64))
+            .collect();
+        let peak = counts.iter().copied().fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))?;
+        Some((counts.iter().sum::<f64>() / counts.len() as f64, peak))
+    }
+
+    pub(super) fn push_evidence(&mut self, evidence: &mut Vec<Evidence>, f: FrameId, share: f64) {
+        let qualified = self.frame(f).qualified.clone();
+        if evidence.iter().any(|e| e.frame == qualified) {
+            return;
+        }
+        let frame = self.profile.frame(f);
+        evidence.push(Evidence { frame: qualified, file: frame.file.clone(), line: frame.line, share });
+    }
+}

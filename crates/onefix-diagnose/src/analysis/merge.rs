@@ -1,0 +1,87 @@
+//! Folding findings that are one thing to change: an effect into the cause the knowledge base
+//! says it comes from, and one entry's findings at several lines of one function.
+
+use super::*;
+
+impl Engine<'_> {
+    /// Folds a finding into another whose knowledge-base entry causes it, when both are
+    /// repeated by the same loop: one cause, one fix, one gain bound.
+    pub(super) fn merge_consequences(&self, findings: &mut Vec<Finding>) {
+        let mut i = 0;
+        while i < findings.len() {
+            let cause = (0..findings.len()).find(|&c| {
+                c != i
+                    && findings[i].enclosing_loop.is_some()
+                    && findings[c].enclosing_loop == findings[i].enclosing_loop
+                    && self
+                        .kb
+                        .entries
+                        .iter()
+                        .any(|e| e.spec.id == findings[c].rule && e.spec.also_causes.contains(&findings[i].rule))
+            });
+            let Some(c) = cause else {
+                i += 1;
+                continue;
+            };
+            let effect = findings.remove(i);
+            let c = if c > i { c - 1 } else { c };
+            let target = &mut findings[c];
+            // Only the part of the effect's line that the caused entry explains goes away.
+            target.share += effect.share * effect.explained;
+            target.max_speedup = combine(target.max_speedup, effect.max_speedup, effect.explained);
+            target.bound_weight = target.bound_weight.max(effect.bound_weight);
+            let effect_what = self
+                .kb
+                .entries
+                .iter()
+                .find(|e| e.spec.id == effect.rule)
+                .map(|e| e.spec.what.as_str())
+                .unwrap_or("its cost");
+            target.why = format!(
+                "{}; the same cause means {} at {}:{} ({:.0}%)",
+                target.why,
+                effect_what,
+                short(&effect.file),
+                effect.line,
+                effect.share * 100.0
+            );
+            target.evidence.extend(effect.evidence);
+            target.evidence.truncate(MAX_EVIDENCE);
+            i = 0;
+        }
+    }
+}
+
+/// Folds findings of one knowledge-base entry in one function into one, at its first line: one
+/// piece of work spread over lines (a file opened on one line and closed on another, two
+/// patterns compiled one after the other) is one thing to change. Findings of the built-in
+/// rules (a hot call, self time, a wait) name different work at each line, and stay apart.
+pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl Fn(&str) -> bool) {
+    let mut i = 0;
+    while i < findings.len() {
+        let same = (0..i).find(|&k| {
+            let (a, b) = (&findings[k], &findings[i]);
+            a.file == b.file
+                && a.function == b.function
+                && a.rule == b.rule
+                && a.line != b.line
+                && b.kind != "serial-io"
+                && is_entry(&a.rule)
+        });
+        let Some(k) = same else {
+            i += 1;
+            continue;
+        };
+        let other = findings.remove(i);
+        let kept = findings[k].clone();
+        let (first, second) = if other.line < kept.line { (other, kept) } else { (kept, other) };
+        findings[k] = Finding {
+            share: first.share + second.share,
+            max_speedup: combine(first.max_speedup, second.max_speedup, 1.0),
+            bound_weight: first.bound_weight.max(second.bound_weight),
+            why: format!("{}; the same work goes on at line {} ({:.0}%)", first.why, second.line, second.share * 100.0),
+            evidence: first.evidence.iter().chain(&second.evidence).take(MAX_EVIDENCE).cloned().collect(),
+            ..first
+        };
+    }
+}

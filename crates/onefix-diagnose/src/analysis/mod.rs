@@ -1,0 +1,929 @@
+//! The diagnosis: charge every sample to the user's line at its frontier, rank the lines, and
+//! explain the top ones with the knowledge base.
+//!
+//! Work is done per distinct stack, not per sample: a recording of a million samples has a few
+//! thousand stacks, so the per-sample loop only adds weights and marks time windows.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId, ThreadId, WeightUnit};
+
+use crate::kb::{KnowledgeBase, Role, When};
+use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
+use crate::origin::{Origin, UserCode};
+use crate::{Diagnosis, Evidence, Finding, HotLine};
+
+mod bound;
+mod explain;
+mod merge;
+use bound::{combine, speedup, MAX_EVIDENCE};
+use merge::merge_within_functions;
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub mode: Mode,
+    /// Lines below this share of the busy weight are not findings.
+    pub min_share: f64,
+    pub max_findings: usize,
+    pub max_hot_lines: usize,
+    /// A line seen in fewer than this fraction of the time windows is start-up, not a finding.
+    pub min_recurrence: f64,
+    /// CPUs of the machine the recording was made on, when known: the work that stays after
+    /// a fix runs on them, which bounds what the fix can gain.
+    pub cpus: Option<u32>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            mode: Mode::Wall,
+            min_share: 0.05,
+            max_findings: 5,
+            max_hot_lines: 12,
+            min_recurrence: 0.3,
+            cpus: None,
+        }
+    }
+}
+
+/// A thread works when at least this fraction of its samples are not parked; only then do its
+/// event-loop waits count in the busy time.
+const WORKING_THREAD: f64 = 0.10;
+/// A thread that sleeps this fraction of its samples, while others work, is a background timer.
+const TIMER_THREAD: f64 = 0.95;
+/// In CPU mode, below this fraction of the ticks on a CPU, a program has no CPU cost to report.
+const MIN_CPU_USE: f64 = 0.05;
+/// Fewer samples than this say nothing reliable about a line, whatever their share.
+const MIN_FINDING_WEIGHT: u64 = 5;
+/// Below this many busy samples no line is named and no gain given: a share read from fewer
+/// is too uncertain to act on (80% of 10 samples has a 95% interval of 49% to 94%, and a gain
+/// bound from 1.9x to 17x; with 40 samples, 65% to 90%).
+pub const MIN_BUSY_SAMPLES: u64 = 40;
+/// A knowledge-base entry explains a line when it is under this fraction of the line's weight.
+const ENTRY_EXPLAINS: f64 = 0.3;
+/// Waits at a line are counted in windows of this length to tell how many are in flight at once.
+const IN_FLIGHT_WINDOW_US: u64 = 50_000;
+/// Network waits with at least this many in flight (mean over the windows) already overlap:
+/// they are not issued one at a time.
+const OVERLAPPING_WAITS: f64 = 1.5;
+/// Threads counted per window: more than this is overlap enough.
+const MAX_THREADS_PER_WINDOW: usize = 16;
+/// A torn read is charged to the line that holds this share of the clean reads with its
+/// innermost frame (or, with too few of those, its innermost function, then its file)...
+const TORN_SOLE_LINE: f64 = 0.9;
+/// ...when there are at least this many of them (weight).
+const TORN_MIN_CLEAN: u64 = 5;
+/// A read left unplaced is charged to the line its thread's reads just before and after it
+/// were charged to, when those two are at most this far apart: a merged sample's time is its
+/// first tick, so one merge span plus a tick on each side.
+const BRACKET_US: u64 = 2 * onefix_model::MERGE_SPAN_US;
+
+/// A stretch of the run: its busy weight (the gain bound's denominator), the part of it on a
+/// CPU, and its length.
+struct Stretch {
+    busy: u64,
+    running: u64,
+    seconds: f64,
+}
+
+/// What the clean reads sharing a torn read's innermost frame (or function, or file) say.
+enum SoleLine {
+    /// This many of them went to one line: charge it through this stack of that line.
+    Line(StackId),
+    /// They went to several lines: the torn read cannot be placed by its innermost frame.
+    Split,
+    /// Too few clean reads to say: ask at a coarser key.
+    TooFew,
+}
+
+struct FrameFacts {
+    origin: Origin,
+    qualified: String,
+    cost: Vec<u16>,
+    idle: Option<u16>,
+}
+
+struct StackFacts {
+    /// User frames above the frontier, nearest first: where the loop that repeats it may be.
+    callers: Vec<FrameId>,
+    /// Frames under the frontier, leaf first (all frames when there is no frontier).
+    beneath: Vec<FrameId>,
+    /// Idle entry matched by the innermost Python frame.
+    idle: Option<u16>,
+    /// The outermost frame is not where a thread starts (`<module>`, `threading`, `runpy`):
+    /// a read that tore while the target changed its stack.
+    truncated: bool,
+    /// Cost entries matched beneath the frontier or by the innermost line's calls.
+    cost: Vec<u16>,
+    line: Option<usize>,
+    /// The innermost frame is Python and it is in a call that waits (sleep, a socket read, a
+    /// lock: a knowledge-base entry for blocked time). Such a thread is waiting even when the
+    /// OS said it was runnable: it had just been woken and was waiting for a CPU.
+    waiting_call: bool,
+    /// The frontier is a module's top level run by an import: once per process.
+    importing: bool,
+    /// The innermost frame: read first, so right even when the rest of the read tore.
+    leaf: Option<FrameId>,
+    /// A native stack whose outermost frame is not where a thread begins: the unwinder stopped
+    /// early (a frame larger than the stack bytes copied, or code without unwind information).
+    cut_short: bool,
+}
+
+#[derive(Default)]
+struct LineAcc {
+    frame: FrameId,
+    weight: u64,
+    self_weight: u64,
+    blocked: u64,
+    /// Weight seen while a module was being imported (see [`StackFacts::importing`]).
+    importing: u64,
+    windows: Vec<u64>,
+    /// First and last time the line was seen, in µs: the stretch of the run that repeats it.
+    first_us: u64,
+    last_us: u64,
+    /// Weight by (stack, active): expanded into frames once per stack, at the end.
+    by_stack: HashMap<(StackId, bool), u64>,
+    /// Blocked weight by window of IN_FLIGHT_WINDOW_US, over every thread, and the threads
+    /// seen waiting in it (a few at most): how many waits at this line are in flight at once.
+    blocked_windows: HashMap<u64, (u64, Vec<u32>)>,
+}
+
+/// Clean reads charged to a line, by their innermost frame, its function and its file, with
+/// the weight of each stack: what a torn read sharing that innermost frame most likely was.
+#[derive(Default)]
+struct CleanByLeaf<'p> {
+    by_frame: HashMap<FrameId, HashMap<StackId, u64>>,
+    by_function: HashMap<(&'p str, &'p str), HashMap<StackId, u64>>,
+    by_file: HashMap<&'p str, HashMap<StackId, u64>>,
+}
+
+impl<'p> CleanByLeaf<'p> {
+    fn add(&mut self, profile: &'p Profile, leaf: FrameId, stack: StackId, w: u64) {
+        let f = profile.frame(leaf);
+        *self.by_frame.entry(leaf).or_default().entry(stack).or_default() += w;
+        *self.by_function.entry((f.file.as_str(), f.function.as_str())).or_default().entry(stack).or_default() += w;
+        *self.by_file.entry(f.file.as_str()).or_default().entry(stack).or_default() += w;
+    }
+}
+
+pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
+    let mut engine = Engine {
+        profile,
+        kb,
+        user,
+        frames: (0..profile.frames().len()).map(|_| None).collect(),
+        stacks: vec![None; profile.stack_count()],
+        stack_facts: Vec::new(),
+        lines: Vec::new(),
+        line_of_frame: HashMap::new(),
+        source: SourceCache::default(),
+    };
+    engine.run(opts)
+}
+
+struct Engine<'a> {
+    profile: &'a Profile,
+    kb: &'a KnowledgeBase,
+    user: &'a UserCode,
+    frames: Vec<Option<FrameFacts>>,
+    stacks: Vec<Option<u32>>,
+    stack_facts: Vec<StackFacts>,
+    lines: Vec<LineAcc>,
+    line_of_frame: HashMap<FrameId, usize>,
+    source: SourceCache,
+}
+
+impl Engine<'_> {
+    fn frame(&mut self, id: FrameId) -> &FrameFacts {
+        if self.frames[id as usize].is_none() {
+            let frame = self.profile.frame(id);
+            let origin = self.user.origin(frame);
+            let qualified = qualified_name(frame);
+            let unqualified = unqualified_name(frame);
+            let mut cost = Vec::new();
+            let mut idle = None;
+            for (i, e) in self.kb.entries.iter().enumerate() {
+                if e.matches_frame(frame.kind, &qualified)
+                    || unqualified.as_deref().is_some_and(|u| e.matches_frame(frame.kind, u))
+                {
+                    match e.spec.role {
+                        Role::Cost => cost.push(i as u16),
+                        Role::Idle => idle = idle.or(Some(i as u16)),
+                    }
+                }
+            }
+            self.frames[id as usize] = Some(FrameFacts { origin, qualified, cost, idle });
+        }
+        self.frames[id as usize].as_ref().unwrap()
+    }
+
+    fn stack(&mut self, stack: Option<StackId>) -> Option<usize> {
+        let id = stack?;
+        if let Some(i) = self.stacks[id as usize] {
+            return Some(i as usize);
+        }
+        let leaf_first: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(id)).collect();
+        let frontier_at = leaf_first.iter().position(|&f| self.frame(f).origin == Origin::User);
+        let frontier = frontier_at.map(|i| leaf_first[i]);
+        let beneath: Vec<FrameId> = leaf_first[..frontier_at.unwrap_or(leaf_first.len())].to_vec();
+        let callers: Vec<FrameId> = match frontier_at {
+            Some(i) => {
+                leaf_first[i + 1..].iter().copied().filter(|&f| self.frame(f).origin == Origin::User).take(3).collect()
+            }
+            None => Vec::new(),
+        };
+        let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
+        // The parking entry, and where in the stack (leaf first) the frame that matched it is.
+        let mut idle = innermost_python.and_then(|f| {
+            let at = leaf_first.iter().position(|&x| x == f)?;
+            self.frame(f).idle.map(|e| (e, at))
+        });
+        // Native stacks: a user line that calls a wait for other threads (a join, a wait group,
+        // a channel receive) is parked; the entry is matched on the function the line calls.
+        // A leaf the sampler added to say what the thread waits for (a client's next request).
+        if idle.is_none() && innermost_python.is_none() {
+            idle = leaf_first
+                .first()
+                .filter(|&&f| self.profile.frame(f).function == onefix_model::INBOUND_WAIT_FRAME)
+                .and_then(|&f| self.frame(f).idle.map(|e| (e, 0)));
+        }
+        if idle.is_none() && innermost_python.is_none() {
+            idle = beneath.last().and_then(|&called| {
+                let at = leaf_first.iter().position(|&x| x == called)?;
+                self.frame(called).idle.map(|e| (e, at))
+            });
+        }
+        if idle.is_none() && frontier.is_none() {
+            let candidates: Vec<(u16, usize)> =
+                leaf_first.iter().enumerate().filter_map(|(at, &f)| self.frame(f).idle.map(|e| (e, at))).collect();
+            idle = candidates.into_iter().find(|&(e, _)| self.kb.entries[e as usize].spec.anywhere);
+        }
+        // A parking primitive called by a known cost (an HTTP client waiting for its reply
+        // through an asyncio.Event) is waiting for that cost, not parked for want of work. A
+        // cost under the parking frame (a kept-alive server connection reading its next
+        // request) does not count: the thread is parked in it.
+        let idle = match idle {
+            // Native stacks: the Go runtime parks goroutines under library costs that wait for
+            // nothing the program asked for (a kept-alive connection's read loop under
+            // net.(*conn).Read); a native parking entry decides alone.
+            Some((e, _)) if innermost_python.is_none() => Some(e),
+            Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
+            _ => None,
+        };
+        let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
+        let waiting_call = match leaf_first.first() {
+            Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {
+                let mut entries = self.frame(leaf).cost.clone();
+                entries.extend(self.call_entries(leaf));
+                entries.iter().any(|&e| self.kb.entries[e as usize].spec.when == When::Blocked)
+            }
+            _ => false,
+        };
+        let mut cost: Vec<u16> = Vec::new();
+        for &f in &beneath {
+            cost.extend(self.frame(f).cost.iter().copied());
+        }
+        // Calls into C have no frame of their own: read them off the innermost Python line.
+        if let Some(f) = innermost_python.filter(|_| frontier.is_some()) {
+            cost.extend(self.call_entries(f));
+        }
+        cost.sort_unstable();
+        cost.dedup();
+        let line = frontier.map(|f| {
+            let next = self.lines.len();
+            *self.line_of_frame.entry(f).or_insert_with(|| next)
+        });
+        if line == Some(self.lines.len()) {
+            self.lines.push(LineAcc { frame: frontier.unwrap(), ..LineAcc::default() });
+        }
+        let importing = frontier_at.is_some_and(|i| {
+            self.profile.frame(leaf_first[i]).function == "<module>"
+                && leaf_first[i + 1..].iter().any(|&f| self.profile.frame(f).is_import_machinery())
+        });
+        let i = self.stack_facts.len();
+        let leaf = leaf_first.first().copied();
+        let cut_short = leaf_first.last().is_some_and(|&root| {
+            let f = self.profile.frame(root);
+            f.kind == FrameKind::Native && !onefix_model::native_frame_can_start_stack(&f.function)
+        });
+        self.stack_facts.push(StackFacts {
+            callers,
+            beneath,
+            idle,
+            truncated,
+            cost,
+            line,
+            waiting_call,
+            importing,
+            leaf,
+            cut_short,
+        });
+        self.stacks[id as usize] = Some(i as u32);
+        Some(i)
+    }
+
+    /// Whether the sample's thread was running: the state it was read in, unless its stack
+    /// shows it inside a call that waits.
+    fn running(&mut self, s: &Sample) -> bool {
+        s.state.active() && !self.stack(s.stack).is_some_and(|i| self.stack_facts[i].waiting_call)
+    }
+
+    fn incomplete(&mut self, stack: Option<StackId>) -> bool {
+        match self.stack(stack) {
+            None => true,
+            Some(i) => self.stack_facts[i].line.is_none() && self.stack_facts[i].truncated,
+        }
+    }
+
+    /// For a line that waits for a lock, the line where the time goes while the lock is held
+    /// (the frontier of the samples read inside the held block, on any thread), and its weight.
+    fn held_work(&mut self, l: usize, mode: Mode) -> Option<(usize, u64)> {
+        let profile = self.profile;
+        let lock = profile.frame(self.lines[l].frame);
+        let path = self.user.resolve(&lock.file)?;
+        let (first, last) = self.source.held_block(&path, lock.line)?;
+        let inside = |f: &onefix_model::Frame| {
+            f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
+        };
+        let mut in_block: HashMap<StackId, bool> = HashMap::new();
+        let mut by_line: HashMap<usize, u64> = HashMap::new();
+        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+            let Some(stack) = s.stack else { continue };
+            let held = *in_block
+                .entry(stack)
+                .or_insert_with(|| profile.stack_frames_leaf_first(Some(stack)).any(|f| inside(profile.frame(f))));
+            if !held || self.parked(Some(stack)).is_some() {
+                continue;
+            }
+            if let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) {
+                *by_line.entry(line).or_default() += s.weight as u64;
+            }
+        }
+        by_line.into_iter().filter(|&(line, _)| line != l).max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
+    /// Adds sample `s` to `line`, as read with `stack` (its own, or for a torn read the clean
+    /// stack it stands for).
+    fn charge(&mut self, line: usize, stack: StackId, s: &Sample, running: bool, window: usize, nwindows: usize) {
+        let w = s.weight as u64;
+        let facts = &self.stack_facts[self.stacks[stack as usize].unwrap() as usize];
+        let (is_self, importing) = (facts.beneath.is_empty(), facts.importing);
+        let acc = &mut self.lines[line];
+        acc.weight += w;
+        if importing {
+            acc.importing += w;
+        }
+        if is_self {
+            acc.self_weight += w;
+        }
+        if !running {
+            acc.blocked += w;
+            let (weight, threads) = acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default();
+            *weight += w;
+            if threads.len() < MAX_THREADS_PER_WINDOW && !threads.contains(&s.thread) {
+                threads.push(s.thread);
+            }
+        }
+        if acc.windows.is_empty() {
+            acc.windows = vec![0; nwindows.div_ceil(64)];
+            acc.first_us = s.time_us;
+        }
+        acc.first_us = acc.first_us.min(s.time_us);
+        acc.last_us = acc.last_us.max(s.time_us);
+        acc.windows[window / 64] |= 1 << (window % 64);
+        *acc.by_stack.entry((stack, running)).or_default() += w;
+    }
+
+    /// Charges a read that was left out at first (torn or empty) to `line` through `stack`,
+    /// and counts it in the busy time; gives its weight.
+    fn place(
+        &mut self,
+        s: &Sample,
+        line: usize,
+        stack: StackId,
+        (window_us, nwindows): (u64, usize),
+        busy_timeline: &mut Vec<(u64, u64, u64)>,
+        active_windows: &mut [bool],
+    ) -> u64 {
+        let w = s.weight as u64;
+        let running = self.running(s);
+        busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
+        let window = (s.time_us / window_us) as usize;
+        active_windows[window] = true;
+        self.charge(line, stack, s, running, window, nwindows);
+        w
+    }
+
+    /// Of clean stacks sharing an innermost frame (with their weights), the heaviest stack of
+    /// the line they are charged to, when that line holds [`TORN_SOLE_LINE`] of their weight
+    /// and there are enough of them to say so.
+    fn sole_line_stack(&mut self, stacks: Option<&HashMap<StackId, u64>>) -> SoleLine {
+        let Some(stacks) = stacks else { return SoleLine::TooFew };
+        // line -> (weight, heaviest stack, its weight)
+        let mut by_line: HashMap<usize, (u64, StackId, u64)> = HashMap::new();
+        let mut total = 0u64;
+        for (&stack, &w) in stacks {
+            let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) else {
+                return SoleLine::Split;
+            };
+            total += w;
+            let e = by_line.entry(line).or_insert((0, stack, 0));
+            e.0 += w;
+            if w > e.2 || (w == e.2 && stack < e.1) {
+                (e.1, e.2) = (stack, w);
+            }
+        }
+        match by_line.iter().max_by_key(|(&l, &(w, _, _))| (w, std::cmp::Reverse(l))) {
+            _ if total < TORN_MIN_CLEAN => SoleLine::TooFew,
+            Some((_, &(weight, stack, _))) if weight as f64 >= TORN_SOLE_LINE * total as f64 => SoleLine::Line(stack),
+            _ => SoleLine::Split,
+        }
+    }
+
+    /// The stack to charge a torn read with innermost frame `leaf` through: asked of the clean
+    /// reads with that frame, then (too few of those) with its function, then with its file.
+    fn sole_line_by_leaf(&mut self, clean: &CleanByLeaf, leaf: FrameId) -> Option<StackId> {
+        let f = self.profile.frame(leaf);
+        let by_function = clean.by_function.get(&(f.file.as_str(), f.function.as_str()));
+        let by_file = clean.by_file.get(f.file.as_str()).filter(|_| !f.file.is_empty());
+        for stacks in [clean.by_frame.get(&leaf), by_function, by_file] {
+            match self.sole_line_stack(stacks) {
+                SoleLine::Line(stack) => return Some(stack),
+                SoleLine::Split => return None,
+                SoleLine::TooFew => {}
+            }
+        }
+        None
+    }
+
+    /// The user line a stack is charged to, if any.
+    fn line_of(&mut self, stack: Option<StackId>) -> Option<usize> {
+        self.stack(stack).and_then(|i| self.stack_facts[i].line)
+    }
+
+    /// Whether the stack waits on the clock (a sleep): see [`crate::kb::EntrySpec::timer`].
+    fn on_timer(&mut self, stack: Option<StackId>) -> bool {
+        let Some(i) = self.stack(stack) else { return false };
+        self.stack_facts[i].cost.iter().any(|&e| self.kb.entries[e as usize].spec.timer)
+    }
+
+    /// `Some(busy_time)` when the stack is parked for want of work.
+    fn parked(&mut self, stack: Option<StackId>) -> Option<bool> {
+        let i = self.stack(stack)?;
+        let e = self.stack_facts[i].idle?;
+        Some(self.kb.entries[e as usize].spec.busy_time)
+    }
+
+    fn call_entries(&mut self, frame: FrameId) -> Vec<u16> {
+        let f = self.profile.frame(frame);
+        let Some(path) = self.user.resolve(&f.file) else { return Vec::new() };
+        let Some(code) = self.source.line(&path, f.line) else { return Vec::new() };
+        let names = called_names(&code);
+        self.kb
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.spec.role == Role::Cost && names.iter().any(|n| e.matches_call(n)))
+            .map(|(i, _)| i as u16)
+            .collect()
+    }
+
+    fn run(&mut self, opts: &Options) -> Diagnosis {
+        let profile = self.profile;
+        let mode = opts.mode;
+        let end_us = profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0);
+        let window_us = if end_us >= 10_000_000 { 1_000_000 } else { (end_us / 10).max(onefix_model::MERGE_SPAN_US) };
+        let nwindows = (end_us / window_us + 1) as usize;
+
+        // Pass 1: how much of each thread is parked, and how. A parked sample is never a cost;
+        // an event-loop wait still counts in the elapsed time of a thread that also works.
+        let nthreads = profile.threads().len();
+        let mut thread_total = vec![0u64; nthreads];
+        let mut thread_parked = vec![0u64; nthreads];
+        let mut thread_on_timer = vec![0u64; nthreads];
+        for s in profile.samples.iter() {
+            let running = self.running(s);
+            if mode == Mode::Cpu && !running {
+                continue;
+            }
+            // Torn and empty stacks say nothing about whether a thread works.
+            if self.incomplete(s.stack) {
+                continue;
+            }
+            thread_total[s.thread as usize] += s.weight as u64;
+            if self.parked(s.stack).is_some() {
+                thread_parked[s.thread as usize] += s.weight as u64;
+            }
+            if !running && self.on_timer(s.stack) {
+                thread_on_timer[s.thread as usize] += s.weight as u64;
+            }
+        }
+        let works: Vec<bool> = (0..nthreads)
+            .map(|t| {
+                thread_total[t] > 0
+                    && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64
+            })
+            .collect();
+        // A watchdog or a flusher sleeping beside threads that do the work is not their cost.
+        let on_timer: Vec<bool> = (0..nthreads)
+            .map(|t| thread_total[t] > 0 && thread_on_timer[t] as f64 >= TIMER_THREAD * thread_total[t] as f64)
+            .collect();
+        let background: Vec<bool> =
+            (0..nthreads).map(|t| on_timer[t] && (0..nthreads).any(|o| o != t && works[o] && !on_timer[o])).collect();
+
+        // Pass 2: charge the samples to their frontier lines.
+        let mut active_windows = vec![false; nwindows];
+        // Busy weight over time: the denominator of a line's share over the stretch where it
+        // recurs (first to last sighting), which leaves start-up and wind-down out of its gain
+        // bound.
+        // With each sample's running weight: the CPU work that stays when a line's cost goes.
+        let mut busy_timeline: Vec<(u64, u64, u64)> = Vec::new();
+        let mut total_weight = 0u64;
+        let mut idle_weight = 0u64;
+        let mut incomplete = 0u64;
+        let mut parked_in_busy = 0u64;
+        let mut outside_user = 0u64;
+        // Idle weight by the user line that waits: where a program that does nothing stalls.
+        let mut idle_at: HashMap<usize, u64> = HashMap::new();
+        // Reads that could not be charged (torn with no user frame, or empty), and the clean
+        // stacks charged to a line by innermost frame, to place them afterwards (see below).
+        let mut unplaced: Vec<&Sample> = Vec::new();
+        let mut cut_short = 0u64;
+        let mut clean = CleanByLeaf::default();
+        // Every charged read, by thread and time: the reads around an unplaced one.
+        let mut placed: Vec<(ThreadId, u64, usize, StackId)> = Vec::new();
+        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+            let running = self.running(s);
+            let w = s.weight as u64;
+            // Every sample the mode counts is in the total, as every writer counts it; one read
+            // as running inside a call that waits is no CPU cost, and is left out as idle.
+            total_weight += w;
+            if mode == Mode::Cpu && !running {
+                idle_weight += w;
+                continue;
+            }
+            let window = (s.time_us / window_us) as usize;
+            if background[s.thread as usize] {
+                idle_weight += w;
+                if let Some(line) = self.line_of(s.stack) {
+                    *idle_at.entry(line).or_default() += w;
+                }
+                continue;
+            }
+            match self.parked(s.stack) {
+                Some(true) if works[s.thread as usize] => {
+                    parked_in_busy += w;
+                    busy_timeline.push((s.time_us, w, 0));
+                    continue;
+                }
+                Some(_) => {
+                    idle_weight += w;
+                    if let Some(line) = self.line_of(s.stack) {
+                        *idle_at.entry(line).or_default() += w;
+                    }
+                    continue;
+                }
+                None => {}
+            }
+            let Some(i) = self.stack(s.stack) else {
+                // No frames at all: a torn read or a thread outside the interpreter.
+                incomplete += w;
+                unplaced.push(s);
+                continue;
+            };
+            let facts = &self.stack_facts[i];
+            if facts.line.is_none() && facts.truncated {
+                incomplete += w;
+                unplaced.push(s);
+                continue;
+            }
+            busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
+            active_windows[window] = true;
+            let Some(line) = facts.line else {
+                outside_user += w;
+                if facts.cut_short {
+                    cut_short += w;
+                }
+                continue;
+            };
+            if let (false, Some(leaf)) = (facts.truncated, facts.leaf) {
+                clean.add(profile, leaf, s.stack.unwrap(), w);
+            }
+            self.charge(line, s.stack.unwrap(), s, running, window, nwindows);
+            placed.push((s.thread, s.time_us, line, s.stack.unwrap()));
+        }
+        // A torn read lost its outer frames, not its innermost one, which is read first. When
+        // the clean reads with that innermost frame were (90% at least) charged to one line,
+        // the torn read is charged there too: leaving it out would bias the shares against
+        // deep, fast-changing code, where reads tear most. With too few clean reads of that
+        // very frame, its function's, then its file's say where it belongs.
+        let mut recovered = 0u64;
+        let mut by_leaf: HashMap<FrameId, Option<StackId>> = HashMap::new();
+        let mut still_unplaced: Vec<&Sample> = Vec::new();
+        for s in unplaced {
+            let leaf = self.stack(s.stack).and_then(|i| self.stack_facts[i].leaf);
+            let stack = leaf.and_then(|leaf| match by_leaf.get(&leaf) {
+                Some(&known) => known,
+                None => {
+                    let chosen = self.sole_line_by_leaf(&clean, leaf);
+                    by_leaf.insert(leaf, chosen);
+                    chosen
+                }
+            });
+            let Some((stack, line)) =
+                stack.and_then(|st| Some((st, self.stack(Some(st)).and_then(|i| self.stack_facts[i].line)?)))
+            else {
+                still_unplaced.push(s);
+                continue;
+            };
+            let w = self.place(s, line, stack, (window_us, nwindows), &mut busy_timeline, &mut active_windows);
+            incomplete -= w;
+            recovered += w;
+            placed.push((s.thread, s.time_us, line, stack));
+        }
+        // What is still unplaced (an empty read, a torn one of code seen nowhere else) is
+        // charged to the line its thread was read in just before and just after it, when both
+        // reads are that line and close in time: leaving it out would again bias the shares
+        // against the code where reads fail most, and a line on both sides is where the thread
+        // most likely was.
+        placed.sort_unstable_by_key(|&(thread, t, _, _)| (thread, t));
+        let mut bracketed = 0u64;
+        for s in still_unplaced {
+            let from = placed.partition_point(|&(thread, t, _, _)| (thread, t) <= (s.thread, s.time_us));
+            let (Some(before), Some(after)) = (from.checked_sub(1).map(|i| placed[i]), placed.get(from).copied())
+            else {
+                continue;
+            };
+            if before.0 != s.thread || after.0 != s.thread || before.2 != after.2 || after.1 - before.1 > BRACKET_US {
+                continue;
+            }
+            let w = self.place(s, before.2, before.3, (window_us, nwindows), &mut busy_timeline, &mut active_windows);
+            incomplete -= w;
+            bracketed += w;
+        }
+        let busy_weight = total_weight - idle_weight - incomplete;
+        busy_timeline.sort_by_key(|&(t, _, _)| t);
+        let (mut cumulative, mut cumulative_running) = (0u64, 0u64);
+        let busy_cumulative: Vec<(u64, u64, u64)> = busy_timeline
+            .iter()
+            .map(|&(t, w, r)| {
+                cumulative += w;
+                cumulative_running += r;
+                (t, cumulative, cumulative_running)
+            })
+            .collect();
+        // Busy and running weight of the samples taken from `from` to `to` inclusive.
+        let busy_between = |from: u64, to: u64| -> Stretch {
+            let start = busy_cumulative.partition_point(|&(t, _, _)| t < from);
+            let end = busy_cumulative.partition_point(|&(t, _, _)| t <= to);
+            let upto = |i: usize| if i == 0 { (0, 0) } else { (busy_cumulative[i - 1].1, busy_cumulative[i - 1].2) };
+            let ((b0, r0), (b1, r1)) = (upto(start), upto(end));
+            Stretch { busy: b1 - b0, running: r1 - r0, seconds: to.saturating_sub(from) as f64 / 1e6 }
+        };
+        let active_window_count = active_windows.iter().filter(|&&a| a).count().max(1);
+
+        let share = |w: u64| if busy_weight == 0 { 0.0 } else { w as f64 / busy_weight as f64 };
+        let mut order: Vec<usize> = (0..self.lines.len()).filter(|&l| self.lines[l].weight > 0).collect();
+        order.sort_by(|&a, &b| {
+            self.lines[b].weight.cmp(&self.lines[a].weight).then(self.lines[a].frame.cmp(&self.lines[b].frame))
+        });
+
+        let mut hot_lines = Vec::new();
+        for &l in order.iter().take(opts.max_hot_lines) {
+            let acc = &self.lines[l];
+            let frame = profile.frame(acc.frame).clone();
+            let code = self.code(&frame.file, frame.line);
+            let acc = &self.lines[l];
+            hot_lines.push(HotLine {
+                file: frame.file.clone(),
+                line: frame.line,
+                function: frame.function.clone(),
+                code,
+                weight: acc.weight,
+                share: share(acc.weight),
+                self_share: share(acc.self_weight),
+                blocked_share: share(acc.blocked),
+            });
+        }
+
+        let mut findings: Vec<Finding> = Vec::new();
+        let mut notes = Vec::new();
+        // A program that is almost never on a CPU has no CPU cost worth a finding: a few stray
+        // samples would otherwise make "100% of the CPU time".
+        let ticks = profile.meta.stats.ticks;
+        let mostly_waiting = mode == Mode::Cpu && ticks > 0 && (busy_weight as f64) < MIN_CPU_USE * ticks as f64;
+        if mostly_waiting {
+            notes.push(format!(
+                "the program was on a CPU in only {:.0}% of the samples: its time goes to waiting, so record in wall mode to see where",
+                busy_weight as f64 * 100.0 / ticks as f64
+            ));
+        }
+        let too_few = matches!(profile.meta.weight_unit, WeightUnit::Samples { .. })
+            && busy_weight < MIN_BUSY_SAMPLES
+            && !mostly_waiting;
+        if too_few {
+            let idle = if total_weight > 0 {
+                format!(", idle {:.1}% of the time", idle_weight as f64 * 100.0 / total_weight as f64)
+            } else {
+                String::new()
+            };
+            notes.push(format!(
+                "too few busy samples ({busy_weight} of {total_weight}{idle}) to name a line: at least {MIN_BUSY_SAMPLES} are needed; drive it with --load, or record longer or at a higher --rate"
+            ));
+        }
+        for &l in order.iter().filter(|_| !mostly_waiting && !too_few) {
+            if findings.len() >= opts.max_findings || share(self.lines[l].weight) < opts.min_share {
+                break;
+            }
+            if self.lines[l].weight < MIN_FINDING_WEIGHT {
+                continue;
+            }
+            let recurrence = {
+                let seen: u32 = self.lines[l].windows.iter().map(|w| w.count_ones()).sum();
+                seen as f64 / active_window_count as f64
+            };
+            let frame = profile.frame(self.lines[l].frame).clone();
+            if self.lines[l].importing * 2 > self.lines[l].weight {
+                notes.push(format!(
+                    "{}:{} took {:.0}% while its module was being imported (start-up, once per process), so it is not a finding",
+                    short(&frame.file),
+                    frame.line,
+                    share(self.lines[l].weight) * 100.0
+                ));
+                continue;
+            }
+            if active_window_count >= 4 && recurrence < opts.min_recurrence {
+                notes.push(format!(
+                    "{}:{} took {:.0}% but only in {:.0}% of the time windows (start-up or a one-off), so it is not a finding",
+                    short(&frame.file),
+                    frame.line,
+                    share(self.lines[l].weight) * 100.0,
+                    recurrence * 100.0
+                ));
+                continue;
+            }
+            let stretch = busy_between(self.lines[l].first_us, self.lines[l].last_us);
+            let mut finding = self.explain(l, recurrence, &stretch, &share, opts);
+            if finding.kind == "lock-contention" {
+                // Said with what the holder does meanwhile: that is the work to move out.
+                if let Some((held_line, w)) = self.held_work(l, mode) {
+                    let f = profile.frame(self.lines[held_line].frame).clone();
+                    let code = self.code(&f.file, f.line).unwrap_or_else(|| f.function.clone());
+                    finding.why = format!(
+                        "{}; while it is held, the holder spends {:.0}% of the time at {}:{} `{}`",
+                        finding.why,
+                        share(w) * 100.0,
+                        short(&f.file),
+                        f.line,
+                        code
+                    );
+                    finding.evidence.insert(
+                        0,
+                        Evidence {
+                            frame: format!("{code} (while the lock is held)"),
+                            file: f.file.clone(),
+                            line: f.line,
+                            share: share(w),
+                        },
+                    );
+                    finding.evidence.truncate(MAX_EVIDENCE);
+                }
+            }
+            // Several lines repeated by one loop are one finding at that loop.
+            if let Some(prev) = findings.iter_mut().find(|f| f.file == finding.file && f.line == finding.line) {
+                prev.share += finding.share;
+                // Amdahl over the two lines' steady shares, recovered from their bounds.
+                prev.max_speedup = combine(prev.max_speedup, finding.max_speedup, 1.0);
+                // Their stretches overlap: the longer one stands for both.
+                prev.bound_weight = prev.bound_weight.max(finding.bound_weight);
+                prev.evidence.extend(finding.evidence);
+                prev.evidence.truncate(MAX_EVIDENCE);
+                continue;
+            }
+            findings.push(finding);
+        }
+        merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
+        self.merge_consequences(&mut findings);
+        findings.sort_by(|a, b| b.share.total_cmp(&a.share));
+        for (i, f) in findings.iter_mut().enumerate() {
+            f.rank = i + 1;
+        }
+
+        let share_of = match mode {
+            Mode::Wall => "wall time of the busy threads",
+            Mode::Cpu => "CPU time",
+        };
+        if idle_weight > 0 && idle_weight * 100 >= total_weight {
+            notes.insert(0, format!(
+                "threads idle for want of work (waiting on a queue, for connections, for other threads, or sleeping beside threads that work): {:.0}% of the sampled time, not counted as cost",
+                idle_weight as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        // A program idle nearly all the time may be stalled on the wait itself (a poll for an
+        // answer that comes late): say where its threads wait, without calling it a cost.
+        if idle_weight * 10 >= total_weight * 9 {
+            let mut waits: Vec<(usize, u64)> = idle_at.iter().map(|(&l, &w)| (l, w)).collect();
+            waits.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let named: Vec<String> = waits
+                .iter()
+                .take(2)
+                .filter(|&&(_, w)| w * 10 >= total_weight)
+                .map(|&(line, w)| {
+                    let f = profile.frame(self.lines[line].frame).clone();
+                    let code = self.code(&f.file, f.line).map(|c| format!(" `{c}`")).unwrap_or_default();
+                    format!("{}:{}{} ({:.0}%)", short(&f.file), f.line, code, w as f64 * 100.0 / total_weight as f64)
+                })
+                .collect();
+            if !named.is_empty() {
+                notes.push(format!(
+                    "the threads waited for work or for each other {:.0}% of the time, mostly at {}: if the program should have been busy, that is where it stalls",
+                    idle_weight as f64 * 100.0 / total_weight as f64,
+                    named.join(" and ")
+                ));
+            }
+        }
+        if incomplete > 0 && total_weight > 0 && incomplete * 100 >= total_weight {
+            notes.push(format!(
+                "{:.0}% of the samples had an incomplete stack (read while the target changed it) and were left out",
+                incomplete as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        if recovered > 0 && total_weight > 0 && recovered * 100 >= total_weight {
+            notes.push(format!(
+                "{:.0}% of the samples were read torn and charged to the one line that complete reads with the same innermost frame were charged to",
+                recovered as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        if bracketed > 0 && total_weight > 0 && bracketed * 100 >= total_weight {
+            notes.push(format!(
+                "{:.0}% of the samples were read empty or torn and charged to the line their thread was read in just before and after",
+                bracketed as f64 * 100.0 / total_weight as f64
+            ));
+        }
+        if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
+            notes.push(format!(
+                "{:.0}% of the busy threads' time was spent waiting in an event loop or on other threads, charged to no line",
+                share(parked_in_busy) * 100.0
+            ));
+        }
+        let elsewhere = outside_user - cut_short;
+        if elsewhere > 0 && share(elsewhere) >= 0.01 {
+            notes.push(format!(
+                "{:.0}% of the busy threads' time ran outside your code (start-up, imports, the interpreter or runtime)",
+                share(elsewhere) * 100.0
+            ));
+        }
+        if cut_short > 0 && share(cut_short) >= 0.01 {
+            notes.push(format!(
+                "{:.0}% of the busy threads' time is in native stacks cut short before they reached your code (a frame larger than the stack bytes copied per sample, see --stack-bytes, or code without unwind information), so it is charged to no line",
+                share(cut_short) * 100.0
+            ));
+        }
+        if self.lines.iter().all(|l| l.weight == 0) && busy_weight > 0 {
+            let dirs: Vec<String> = self.user.dirs().iter().map(|d| d.display().to_string()).collect();
+            notes.push(format!(
+                "no sample ran in your code (taken to be under {}); pass --user-code DIR to say where it is",
+                dirs.join(", ")
+            ));
+        }
+
+        Diagnosis {
+            share_of: share_of.to_owned(),
+            total_weight,
+            busy_weight,
+            idle_weight,
+            outside_user_weight: outside_user,
+            seconds_per_weight: profile.seconds_per_weight(),
+            findings,
+            hot_lines,
+            notes,
+        }
+    }
+
+    fn code(&mut self, file: &str, line: u32) -> Option<String> {
+        let path = self.user.resolve(file)?;
+        self.source.line(&path, line).filter(|c| !c.is_empty())
+    }
+
+    fn loop_of(&mut self, frame: FrameId) -> Option<(FrameId, u32)> {
+        let f = self.profile.frame(frame);
+        let path: PathBuf = self.user.resolve(&f.file)?;
+        self.source.enclosing_loop(&path, f.line).map(|l| (frame, l))
+    }
+}
+
+fn short(file: &str) -> &str {
+    file.rsplit('/').next().unwrap_or(file)
+}
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().collect::<String>() + c.as_str(),
+        None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
