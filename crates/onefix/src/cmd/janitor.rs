@@ -23,23 +23,13 @@ pub fn run(args: JanitorArgs) -> Result<ExitCode> {
     // Until onefix ends: nothing is ever written, so the read returns at its exit or death.
     let mut byte = [0u8; 1];
     let _ = std::io::stdin().read(&mut byte);
-    while alive(args.target) {
+    while onefix_collect::process::is_running(args.target) {
         std::thread::sleep(Duration::from_millis(100));
     }
     for dir in &args.dirs {
         remove_if_made_by_onefix(dir);
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_some_and(|st| st != 'Z' && st != 'X'),
-        Err(_) => false,
-    }
 }
 
 /// Removes `dir` only if it is what onefix makes: a directory named `onefix-...` directly in
