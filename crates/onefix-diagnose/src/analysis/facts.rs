@@ -1,0 +1,207 @@
+//! What a frame and a stack are, computed once each and cached: whose code, which knowledge-base
+//! entries it calls, whether the thread was parked, waiting or running there, and which user
+//! line is its frontier.
+
+use super::*;
+
+impl Engine<'_> {
+    pub(super) fn frame(&mut self, id: FrameId) -> &FrameFacts {
+        if self.frames[id as usize].is_none() {
+            let frame = self.profile.frame(id);
+            let origin = self.user.origin(frame);
+            let qualified = qualified_name(frame);
+            let unqualified = unqualified_name(frame);
+            let mut cost = Vec::new();
+            let mut idle = None;
+            for (i, e) in self.kb.entries.iter().enumerate() {
+                if e.matches_frame(frame.kind, &qualified)
+                    || unqualified.as_deref().is_some_and(|u| e.matches_frame(frame.kind, u))
+                {
+                    match e.spec.role {
+                        Role::Cost => cost.push(i as u16),
+                        Role::Idle => idle = idle.or(Some(i as u16)),
+                    }
+                }
+            }
+            self.frames[id as usize] = Some(FrameFacts { origin, qualified, cost, idle });
+        }
+        self.frames[id as usize].as_ref().unwrap()
+    }
+
+    pub(super) fn stack(&mut self, stack: Option<StackId>) -> Option<usize> {
+        let id = stack?;
+        if let Some(i) = self.stacks[id as usize] {
+            return Some(i as usize);
+        }
+        let leaf_first: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(id)).collect();
+        let frontier_at = leaf_first.iter().position(|&f| self.frame(f).origin == Origin::User);
+        let frontier = frontier_at.map(|i| leaf_first[i]);
+        let beneath: Vec<FrameId> = leaf_first[..frontier_at.unwrap_or(leaf_first.len())].to_vec();
+        let callers: Vec<FrameId> = match frontier_at {
+            Some(i) => {
+                leaf_first[i + 1..].iter().copied().filter(|&f| self.frame(f).origin == Origin::User).take(3).collect()
+            }
+            None => Vec::new(),
+        };
+        let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
+        // The parking entry, and where in the stack (leaf first) the frame that matched it is.
+        let mut idle = innermost_python.and_then(|f| {
+            let at = leaf_first.iter().position(|&x| x == f)?;
+            self.frame(f).idle.map(|e| (e, at))
+        });
+        // Native stacks: a user line that calls a wait for other threads (a join, a wait group,
+        // a channel receive) is parked; the entry is matched on the function the line calls.
+        // A leaf the sampler added to say what the thread waits for (a client's next request).
+        if idle.is_none() && innermost_python.is_none() {
+            idle = leaf_first
+                .first()
+                .filter(|&&f| self.profile.frame(f).function == onefix_model::INBOUND_WAIT_FRAME)
+                .and_then(|&f| self.frame(f).idle.map(|e| (e, 0)));
+        }
+        if idle.is_none() && innermost_python.is_none() {
+            idle = beneath.last().and_then(|&called| {
+                let at = leaf_first.iter().position(|&x| x == called)?;
+                self.frame(called).idle.map(|e| (e, at))
+            });
+        }
+        if idle.is_none() && frontier.is_none() {
+            let candidates: Vec<(u16, usize)> =
+                leaf_first.iter().enumerate().filter_map(|(at, &f)| self.frame(f).idle.map(|e| (e, at))).collect();
+            idle = candidates.into_iter().find(|&(e, _)| self.kb.entries[e as usize].spec.anywhere);
+        }
+        // A parking primitive called by a known cost (an HTTP client waiting for its reply
+        // through an asyncio.Event) is waiting for that cost, not parked for want of work. A
+        // cost under the parking frame (a kept-alive server connection reading its next
+        // request) does not count: the thread is parked in it.
+        let idle = match idle {
+            // Native stacks: the Go runtime parks goroutines under library costs that wait for
+            // nothing the program asked for (a kept-alive connection's read loop under
+            // net.(*conn).Read); a native parking entry decides alone.
+            Some((e, _)) if innermost_python.is_none() => Some(e),
+            Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
+            _ => None,
+        };
+        let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
+        let waiting_call = match leaf_first.first() {
+            Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {
+                let mut entries = self.frame(leaf).cost.clone();
+                entries.extend(self.call_entries(leaf));
+                entries.iter().any(|&e| self.kb.entries[e as usize].spec.when == When::Blocked)
+            }
+            _ => false,
+        };
+        let mut cost: Vec<u16> = Vec::new();
+        for &f in &beneath {
+            cost.extend(self.frame(f).cost.iter().copied());
+        }
+        // Calls into C have no frame of their own: read them off the innermost Python line.
+        if let Some(f) = innermost_python.filter(|_| frontier.is_some()) {
+            cost.extend(self.call_entries(f));
+        }
+        cost.sort_unstable();
+        cost.dedup();
+        let line = frontier.map(|f| {
+            let next = self.lines.len();
+            *self.line_of_frame.entry(f).or_insert_with(|| next)
+        });
+        if line == Some(self.lines.len()) {
+            self.lines.push(LineAcc { frame: frontier.unwrap(), ..LineAcc::default() });
+        }
+        let importing = frontier_at.is_some_and(|i| {
+            self.profile.frame(leaf_first[i]).function == "<module>"
+                && leaf_first[i + 1..].iter().any(|&f| self.profile.frame(f).is_import_machinery())
+        });
+        let i = self.stack_facts.len();
+        let leaf = leaf_first.first().copied();
+        let cut_short = leaf_first.last().is_some_and(|&root| {
+            let f = self.profile.frame(root);
+            f.kind == FrameKind::Native && !onefix_model::native_frame_can_start_stack(&f.function)
+        });
+        self.stack_facts.push(StackFacts {
+            callers,
+            beneath,
+            idle,
+            truncated,
+            cost,
+            line,
+            waiting_call,
+            importing,
+            leaf,
+            cut_short,
+        });
+        self.stacks[id as usize] = Some(i as u32);
+        Some(i)
+    }
+
+    /// Whether the sample's thread was running: the state it was read in, unless its stack
+    /// shows it inside a call that waits.
+    pub(super) fn running(&mut self, s: &Sample) -> bool {
+        s.state.active() && !self.stack(s.stack).is_some_and(|i| self.stack_facts[i].waiting_call)
+    }
+
+    pub(super) fn incomplete(&mut self, stack: Option<StackId>) -> bool {
+        match self.stack(stack) {
+            None => true,
+            Some(i) => self.stack_facts[i].line.is_none() && self.stack_facts[i].truncated,
+        }
+    }
+
+    /// For a line that waits for a lock, the line where the time goes while the lock is held
+    /// (the frontier of the samples read inside the held block, on any thread), and its weight.
+    pub(super) fn held_work(&mut self, l: usize, mode: Mode) -> Option<(usize, u64)> {
+        let profile = self.profile;
+        let lock = profile.frame(self.lines[l].frame);
+        let path = self.user.resolve(&lock.file)?;
+        let (first, last) = self.source.held_block(&path, lock.line)?;
+        let inside = |f: &onefix_model::Frame| {
+            f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
+        };
+        let mut in_block: HashMap<StackId, bool> = HashMap::new();
+        let mut by_line: HashMap<usize, u64> = HashMap::new();
+        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+            let Some(stack) = s.stack else { continue };
+            let held = *in_block
+                .entry(stack)
+                .or_insert_with(|| profile.stack_frames_leaf_first(Some(stack)).any(|f| inside(profile.frame(f))));
+            if !held || self.parked(Some(stack)).is_some() {
+                continue;
+            }
+            if let Some(line) = self.stack(Some(stack)).and_then(|i| self.stack_facts[i].line) {
+                *by_line.entry(line).or_default() += s.weight as u64;
+            }
+        }
+        by_line.into_iter().filter(|&(line, _)| line != l).max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
+    /// The user line a stack is charged to, if any.
+    pub(super) fn line_of(&mut self, stack: Option<StackId>) -> Option<usize> {
+        self.stack(stack).and_then(|i| self.stack_facts[i].line)
+    }
+
+    /// Whether the stack waits on the clock (a sleep): see [`crate::kb::EntrySpec::timer`].
+    pub(super) fn on_timer(&mut self, stack: Option<StackId>) -> bool {
+        let Some(i) = self.stack(stack) else { return false };
+        self.stack_facts[i].cost.iter().any(|&e| self.kb.entries[e as usize].spec.timer)
+    }
+
+    /// `Some(busy_time)` when the stack is parked for want of work.
+    pub(super) fn parked(&mut self, stack: Option<StackId>) -> Option<bool> {
+        let i = self.stack(stack)?;
+        let e = self.stack_facts[i].idle?;
+        Some(self.kb.entries[e as usize].spec.busy_time)
+    }
+
+    pub(super) fn call_entries(&mut self, frame: FrameId) -> Vec<u16> {
+        let f = self.profile.frame(frame);
+        let Some(path) = self.user.resolve(&f.file) else { return Vec::new() };
+        let Some(code) = self.source.line(&path, f.line) else { return Vec::new() };
+        let names = called_names(&code);
+        self.kb
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.spec.role == Role::Cost && names.iter().any(|n| e.matches_call(n)))
+            .map(|(i, _)| i as u16)
+            .collect()
+    }
+}

@@ -1,0 +1,345 @@
+//! The built-in rules and the knowledge base on realistic stacks: locks and what their holder
+//! does, network waits one at a time or overlapping, the CPU cap on a bound, loop conditions,
+//! native waits that are idle.
+
+use super::*;
+
+/// Four threads on one lock: one renders under it, three wait for it, for a second.
+fn contended_lock(tag: &str) -> (std::path::PathBuf, Builder) {
+    let (dir, app) = write_app(
+        tag,
+        "import threading\nlock = threading.Lock()\n\ndef thumb(key):\n    with lock:\n        if key not in cache:\n            cache[key] = render(key)\n        return cache[key]\n\ndef render(key):\n    return digest(key)\n",
+    );
+    let mut b = Builder::new();
+    for tick in 0..100 {
+        b.add(
+            1,
+            tick * 10,
+            true,
+            &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 7), ("render", &app, 11)],
+        );
+        for tid in 2..5 {
+            b.add(tid, tick * 10, false, &[("worker", &format!("{LIB}/threading.py"), 975), ("thumb", &app, 5)]);
+        }
+    }
+    (dir, b)
+}
+
+#[test]
+fn a_contended_lock_says_what_its_holder_does_meanwhile() {
+    let (dir, b) = contended_lock("held");
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.kind.as_str(), f.line), ("lock-contention", 5), "{f:?}");
+    assert!(f.why.contains("the holder spends 25% of the time at app.py:11 `return digest(key)`"), "{}", f.why);
+    assert_eq!(f.evidence[0].line, 11, "{:?}", f.evidence);
+}
+
+#[test]
+fn a_bound_is_capped_by_the_cpus_the_remaining_work_needs() {
+    let (dir, b) = contended_lock("cpu-cap");
+    let bound = |cpus: Option<u32>| {
+        let user = UserCode::new([dir.to_str().unwrap()], Some(dir.as_path()));
+        let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options { cpus, ..Options::default() });
+        let f = d.findings.iter().find(|f| f.kind == "lock-contention").unwrap().clone();
+        (f.max_speedup.unwrap(), f.why)
+    };
+    // Amdahl alone: the waits are three quarters of the busy time.
+    let (amdahl, _) = bound(None);
+    assert!((amdahl - 4.0).abs() < 0.05, "{amdahl}");
+    assert_eq!(bound(Some(8)).0, amdahl, "eight CPUs run the remaining second of CPU work in time");
+    // Two CPUs: the holder's second of computing takes half the stretch at best.
+    let (capped, why) = bound(Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!((capped - 1.98).abs() < 0.05, "{capped}");
+    assert!(why.contains("on the machine's 2 CPUs"), "{why}");
+}
+
+#[test]
+fn network_waits_one_at_a_time_are_serial_and_overlapping_ones_are_not() {
+    let (dir, app) = write_app("inflight", "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        pool.submit(fetch, u)\n");
+    let wait = |b: &mut Builder, tid: u64, ms: u64| {
+        b.add(
+            tid,
+            ms,
+            false,
+            &[
+                ("main", &app, 8),
+                ("fetch", &app, 4),
+                ("get", &format!("{SITE}/requests/api.py"), 73),
+                ("readinto", &format!("{LIB}/socket.py"), 706),
+            ],
+        );
+    };
+    // One thread: a wait at every tick, and a little work between requests.
+    let mut serial = Builder::new();
+    for tick in 0..300 {
+        if tick % 5 == 4 {
+            serial.add(1, tick * 10, true, &[("main", &app, 8), ("fetch", &app, 4)]);
+        } else {
+            wait(&mut serial, 1, tick * 10);
+        }
+    }
+    // Four threads waiting at once, each now and then.
+    let mut overlapping = Builder::new();
+    for tick in 0..300 {
+        for tid in 1..=4 {
+            if (tick + tid) % 5 != 0 {
+                wait(&mut overlapping, tid, tick * 10);
+            }
+        }
+    }
+    let (s, o) = (serial.diagnose(dir.to_str().unwrap()), overlapping.diagnose(dir.to_str().unwrap()));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &s.findings[0];
+    assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("serial-io", "network-wait", 7), "{f:?}");
+    assert!(f.why.contains("one wait in flight at a time (mean 0.8 over 50 ms windows, at most 0.8)"), "{}", f.why);
+    assert!(
+        f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (mean), 0.8 (peak)"),
+        "{:?}",
+        f.evidence
+    );
+    let f = &o.findings[0];
+    assert_eq!(
+        (f.kind.as_str(), f.rule.as_str(), f.line),
+        ("blocking-wait", "network-wait-concurrent", 4),
+        "the waiting call, not the loop: {f:?}"
+    );
+    assert!(
+        f.why.starts_with("3.2 waits are in flight at once here (mean over 50 ms windows, at most 3.2)"),
+        "{}",
+        f.why
+    );
+    assert!(o.findings.iter().all(|f| f.kind != "serial-io"), "{:?}", o.findings);
+}
+
+#[test]
+fn late_ticks_of_one_thread_are_still_one_wait_in_flight() {
+    let (dir, app) = write_app("late-ticks", "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        fetch(u)\n");
+    let mut b = Builder::new();
+    // A loaded machine: the sampler reads every 100 ms instead of every 10, and each read
+    // weighs the 10 intervals it stands for, so every other 50 ms window gets two windows'
+    // worth of one thread's wait.
+    for tick in 0..60u64 {
+        b.add(
+            1,
+            tick * 100,
+            false,
+            &[
+                ("main", &app, 8),
+                ("fetch", &app, 4),
+                ("get", &format!("{SITE}/requests/api.py"), 73),
+                ("readinto", &format!("{LIB}/socket.py"), 706),
+            ],
+        );
+        b.p.samples.last_mut().unwrap().weight = 10;
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.kind.as_str(), f.line), ("serial-io", 7), "{f:?}");
+    assert!(f.why.contains("(mean 1.0 over 50 ms windows, at most 1.0)"), "{}", f.why);
+}
+
+/// A stack of native frames (outermost first) of the program `/app/server`.
+fn native(p: &mut Profile, stack: &[(&str, &str, u32)]) -> Option<StackId> {
+    let ids: Vec<FrameId> = stack
+        .iter()
+        .map(|&(f, file, line)| {
+            p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/server") })
+        })
+        .collect();
+    p.intern_stack(ids)
+}
+
+#[test]
+fn a_bound_called_in_a_loop_condition_is_quadratic_work_to_hoist() {
+    let dir = std::env::temp_dir().join(format!("onefix-strlen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let app = dir.join("count.c");
+    std::fs::write(&app, "size_t count(const char *s) {\n    size_t n = 0;\n    for (size_t i = 0; i < strlen(s); i++) {\n        n += s[i] == ',';\n    }\n    return n;\n}\n").unwrap();
+    let app = app.to_str().unwrap().to_owned();
+    let mut b = Builder::new();
+    for tick in 0..100u64 {
+        let stack = native(&mut b.p, &[("_start", "", 0), ("count", &app, 3), ("__strlen_avx2", "strlen-avx2.S", 76)]);
+        let thread = b.p.intern_thread(1, 1, None);
+        b.p.samples.push(Sample {
+            time_us: tick * 10_000,
+            thread,
+            stack,
+            state: ThreadState::new(true, true),
+            weight: 1,
+        });
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("hot-loop-compute", "call-in-loop-condition", 3), "{f:?}");
+    assert!(f.why.contains("strlen"), "the call is named as people write it: {}", f.why);
+    assert!(f.advice.starts_with("compute it once before the loop"), "{}", f.advice);
+}
+
+#[test]
+fn native_waits_for_others_and_the_go_runtime_are_idle() {
+    let (dir, app) = write_app("native-idle", "package main\n\nfunc main() {\n\twg.Wait()\n\twork()\n}\n");
+    let mut b = Builder::new();
+    for tick in 0..200u64 {
+        let joined = native(
+            &mut b.p,
+            &[
+                ("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250),
+                ("main.main", &app, 4),
+                ("sync.(*WaitGroup).Wait", "/usr/lib/go-1.19/src/sync/waitgroup.go", 136),
+                ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364),
+            ],
+        );
+        let parked = native(
+            &mut b.p,
+            &[
+                ("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594),
+                ("runtime.bgsweep", "/usr/lib/go-1.19/src/runtime/mgcsweep.go", 278),
+                ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364),
+            ],
+        );
+        let working =
+            native(&mut b.p, &[("runtime.main", "/usr/lib/go-1.19/src/runtime/proc.go", 250), ("main.main", &app, 5)]);
+        // A kept-alive connection's read loop: parked under a network read nobody waits for.
+        let read_loop = native(
+            &mut b.p,
+            &[
+                ("runtime.goexit", "/usr/lib/go-1.19/src/runtime/asm_amd64.s", 1594),
+                ("net/http.(*persistConn).readLoop", "/usr/lib/go-1.19/src/net/http/transport.go", 2093),
+                ("net.(*conn).Read", "/usr/lib/go-1.19/src/net/net.go", 183),
+                ("runtime.gopark", "/usr/lib/go-1.19/src/runtime/proc.go", 364),
+            ],
+        );
+        for (tid, stack, active) in [(1, joined, false), (2, parked, false), (3, working, true), (4, read_loop, false)]
+        {
+            let thread = b.p.intern_thread(1, tid, None);
+            b.p.samples.push(Sample {
+                time_us: tick * 10_000,
+                thread,
+                stack,
+                state: ThreadState::new(active, active),
+                weight: 1,
+            });
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!((d.busy_weight, d.idle_weight), (200, 600), "{:?}", d.findings);
+    assert_eq!(d.findings.len(), 1);
+    assert_eq!(d.findings[0].line, 5);
+}
+
+#[test]
+fn native_servers_waiting_for_connections_and_joins_through_glibc_are_idle() {
+    let (dir, app) = write_app("native-server", "int main() {\n  serve();\n  join();\n  work();\n}\n");
+    let mut b = Builder::new();
+    for tick in 0..200u64 {
+        // C: the line calls accept(); a join whose pthread_join frame glibc tail-called away;
+        // Rust's standard library as v0 mangling names it; Go's http.Server in a goroutine.
+        let accept = native(&mut b.p, &[("_start", "", 0), ("main", &app, 2), ("accept4", "accept4.c", 31)]);
+        let join = native(
+            &mut b.p,
+            &[
+                ("_start", "", 0),
+                ("main", &app, 3),
+                ("__pthread_clockjoin_ex", "pthread_join_common.c", 102),
+                ("__futex_abstimed_wait_common", "futex-internal.c", 87),
+            ],
+        );
+        let rust = native(
+            &mut b.p,
+            &[
+                ("_start", "", 0),
+                ("main", &app, 2),
+                ("<std::net::tcp::Incoming as core::iter::traits::iterator::Iterator>::next", "tcp.rs", 1041),
+                ("<std::net::tcp::TcpListener>::accept", "tcp.rs", 844),
+                ("accept4", "accept4.c", 31),
+            ],
+        );
+        let go = native(
+            &mut b.p,
+            &[
+                ("runtime.goexit", "asm_amd64.s", 1594),
+                ("main.main.func2", &app, 2),
+                ("net/http.(*Server).Serve", "server.go", 3070),
+                ("net.(*TCPListener).Accept", "tcpsock.go", 288),
+                ("runtime.gopark", "proc.go", 364),
+            ],
+        );
+        let working = native(&mut b.p, &[("_start", "", 0), ("main", &app, 4)]);
+        for (tid, stack, active) in
+            [(1, accept, false), (2, join, false), (3, rust, false), (4, go, false), (5, working, true)]
+        {
+            let thread = b.p.intern_thread(1, tid, None);
+            b.p.samples.push(Sample {
+                time_us: tick * 10_000,
+                thread,
+                stack,
+                state: ThreadState::new(active, active),
+                weight: 1,
+            });
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!((d.busy_weight, d.idle_weight), (200, 800), "{:?}", d.findings);
+    assert_eq!(d.findings.iter().map(|f| f.line).collect::<Vec<_>>(), [4]);
+}
+
+#[test]
+fn a_thread_that_only_sleeps_beside_working_ones_is_a_background_timer() {
+    let (dir, app) = write_app("timer", "import time\n\ndef work():\n    while True:\n        crunch()\n\ndef watchdog():\n    while True:\n        time.sleep(1)\n");
+    // time.sleep is C: no frame of its own, the call is read off the line.
+    let mut b = Builder::new();
+    for tick in 0..200u64 {
+        b.add(1, tick * 10, true, &[("work", &app, 5)]);
+        b.add(2, tick * 10, false, &[("watchdog", &app, 9)]);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    assert_eq!((d.busy_weight, d.idle_weight), (200, 200), "{:?}", d.findings);
+    assert!(d.findings.iter().all(|f| f.line != 9), "{:?}", d.findings);
+    // Alone, a thread that mostly sleeps is the program waiting on the clock: a cost.
+    let mut alone = Builder::new();
+    for tick in 0..200u64 {
+        if tick % 20 == 0 {
+            alone.add(1, tick * 10, true, &[("work", &app, 5)]);
+        } else {
+            alone.add(1, tick * 10, false, &[("watchdog", &app, 9)]);
+        }
+    }
+    let d = alone.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(d.findings[0].line, 9, "{:?}", d.findings);
+}
+
+#[test]
+fn a_program_that_only_waits_is_told_where_it_waits() {
+    let (dir, app) = write_app("all-idle", "def writer(q):\n    while True:\n        item = q.get()\n\ndef producer(done):\n    while not done.wait(0.02):\n        pass\n");
+    let mut b = Builder::new();
+    for tick in 0..200u64 {
+        b.add(1, tick * 10, false, &[("writer", &app, 3), ("Queue.get", &format!("{LIB}/queue.py"), 171)]);
+        b.add(2, tick * 10, false, &[("producer", &app, 6), ("Event.wait", &format!("{LIB}/threading.py"), 629)]);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(d.findings.is_empty(), "{:?}", d.findings);
+    let note = d
+        .notes
+        .iter()
+        .find(|n| n.contains("waited for work or for each other"))
+        .unwrap_or_else(|| panic!("{:?}", d.notes));
+    assert!(note.contains("app.py:3") && note.contains("app.py:6 `while not done.wait(0.02):`"), "{note}");
+}
+
+#[test]
+fn too_few_samples_make_no_finding() {
+    let mut b = Builder::new();
+    for ms in 0..3 {
+        b.add(1, ms * 10, true, &[("f", "/app/x.py", 2)]);
+    }
+    assert!(b.diagnose("/app").findings.is_empty());
+}
