@@ -1,5 +1,6 @@
-//! Symbolization of return addresses captured inside a process (by an in-process agent such
-//! as onefix's allocation agent), against that process's /proc/PID/maps.
+//! Address spaces and symbolization: each process's executable mappings (from perf's MMAP
+//! records, /proc/PID/maps, or the text an in-process agent sends), each module's symbols kept
+//! once, and addresses turned into frames. The native sampler and the memory tracker share it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -63,16 +64,61 @@ impl Symbolizer {
             space.load_proc_maps(pid, &mut self.modules);
         }
         for &ret in return_addrs {
-            let addr = ret.saturating_sub(1);
-            match space.find(addr) {
-                Some(m) => {
-                    let svma = addr.wrapping_sub(m.bias);
-                    let frames =
-                        self.symbols.entry((m.module.id, svma)).or_insert_with(|| m.module.symbolize(svma).into());
-                    out.extend(frames.iter().cloned());
-                }
-                None => out.push(Frame::native(format!("0x{addr:x}"), "")),
+            out.extend(self.frames_at(pid, ret.saturating_sub(1)).iter().cloned());
+        }
+    }
+
+    /// The address space known for `pid`.
+    pub(crate) fn space(&self, pid: u32) -> Option<&AddressSpace> {
+        self.spaces.get(&pid)
+    }
+
+    /// A new executable mapping of `pid` (a perf MMAP2 record).
+    pub(crate) fn map(&mut self, pid: u32, start: u64, end: u64, pgoff: u64, path: &str, ino: u64) {
+        let module = self.modules.get(pid, path, ino);
+        self.spaces.entry(pid).or_default().map(start, end, pgoff, module);
+    }
+
+    /// Forgets `pid`'s mappings (it exec'd: a new image, mapped anew).
+    pub(crate) fn clear(&mut self, pid: u32) {
+        self.spaces.entry(pid).or_default().clear();
+    }
+
+    /// Unwinds a stack copy from its registers (bp, sp, ip) into `out` (innermost first). An
+    /// address in no known mapping (mapped before sampling began, or whose record is not read
+    /// yet) has /proc read again while the process lives, at most every [`MAPS_REREAD`], and
+    /// the stack unwound again; says whether it was.
+    pub(crate) fn unwind(
+        &mut self,
+        pid: u32,
+        cache: &mut framehop::x86_64::CacheX86_64,
+        regs: [u64; 3],
+        stack: &[u8],
+        out: &mut Vec<u64>,
+    ) -> bool {
+        let space = self.spaces.entry(pid).or_default();
+        out.clear();
+        space.unwind(cache, regs, stack, out);
+        let reread = out.iter().any(|&a| space.find(a).is_none())
+            && space.maps_read.filter(|t| t.elapsed() < MAPS_REREAD).is_none()
+            && std::path::Path::new(&format!("/proc/{pid}")).exists();
+        if reread {
+            space.load_proc_maps(pid, &mut self.modules);
+            out.clear();
+            space.unwind(cache, regs, stack, out);
+        }
+        reread
+    }
+
+    /// The frames at `addr` (an instruction, not a return address) in `pid`, outermost inline
+    /// frame last; `0x…` when no mapping holds it.
+    pub(crate) fn frames_at(&mut self, pid: u32, addr: u64) -> Arc<[Frame]> {
+        match self.spaces.get(&pid).and_then(|s| s.find(addr)) {
+            Some(m) => {
+                let svma = addr.wrapping_sub(m.bias);
+                self.symbols.entry((m.module.id, svma)).or_insert_with(|| m.module.symbolize(svma).into()).clone()
             }
+            None => Arc::from(vec![Frame::native(format!("0x{addr:x}"), "")]),
         }
     }
 

@@ -5,22 +5,25 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use framehop::x86_64::CacheX86_64;
 use onefix_collect::{process, Sampler, Tick};
-use onefix_model::{Frame, FrameId, Profile, Sample, StackId, TargetExit, ThreadState};
+use onefix_model::{FrameId, Profile, Sample, StackId, TargetExit, ThreadState};
 
 use crate::error::paranoid_level;
 use crate::fixture::Capture;
 use crate::goroutines::{GoRuntime, Goroutine};
-use crate::module::ModuleCache;
 use crate::perf::{self, AttrSpec, EventKind, Ring};
 use crate::record::{self, Record, SampleRecord};
-use crate::space::AddressSpace;
 use crate::spawn;
+use crate::symbolize::Symbolizer;
 use crate::NativeError;
+
+mod events;
+mod go;
+mod offcpu;
+use events::{raise_open_files_limit, threads_of};
 
 #[derive(Clone, Debug)]
 pub struct NativeOptions {
@@ -79,7 +82,6 @@ const CHUNK_NS: u64 = 50_000_000;
 /// receiving records that are older.
 const HOLDBACK_NS: u64 = 2_000_000;
 const LIVE_CHECK: Duration = Duration::from_millis(100);
-const MAPS_REREAD: Duration = Duration::from_millis(200);
 /// Go programs' goroutines are read at most this often; each waiting goroutine's sample
 /// weighs the time since the previous scan.
 const GOROUTINE_SCAN_NS: u64 = 10_000_000;
@@ -143,10 +145,9 @@ pub struct NativeSampler {
     pending: Vec<Record>,
     start_ns: Option<u64>,
     // Targets.
-    spaces: HashMap<u32, AddressSpace>,
-    modules: ModuleCache,
+    /// The targets' address spaces and their modules' symbols.
+    symbolizer: Symbolizer,
     cache: CacheX86_64,
-    symbols: HashMap<(usize, u64), Arc<[Frame]>>,
     names: HashMap<u32, String>,
     exited: HashSet<u32>,
     /// The stack of a thread's last context-switch sample, with its DI register.
@@ -201,10 +202,8 @@ impl NativeSampler {
             switch_ids: HashSet::new(),
             pending: Vec::new(),
             start_ns: None,
-            spaces: HashMap::new(),
-            modules: ModuleCache::default(),
+            symbolizer: Symbolizer::new(),
             cache: CacheX86_64::new(),
-            symbols: HashMap::new(),
             names: HashMap::new(),
             exited: HashSet::new(),
             switch_stack: HashMap::new(),
@@ -255,9 +254,7 @@ impl NativeSampler {
         // usual soft limit of open files.
         raise_open_files_limit();
         let mut sampler = NativeSampler::new(pid, opts, false);
-        let mut space = AddressSpace::default();
-        space.load_proc_maps(pid, &mut sampler.modules);
-        sampler.spaces.insert(pid, space);
+        sampler.symbolizer.load_maps(pid);
         // Threads may start while the events are being opened: go again until none is new.
         let mut opened: HashSet<u32> = HashSet::new();
         for _ in 0..5 {
@@ -317,8 +314,8 @@ impl NativeSampler {
     /// The executable mappings known for `pid` (start, end, path): for diagnosing tests.
     #[doc(hidden)]
     pub fn mappings(&self, pid: u32) -> Vec<(u64, u64, String)> {
-        self.spaces
-            .get(&pid)
+        self.symbolizer
+            .space(pid)
             .map(|s| s.mappings().iter().map(|m| (m.start, m.end, m.module.name.clone())).collect())
             .unwrap_or_default()
     }
@@ -373,111 +370,6 @@ impl NativeSampler {
 
     // ----- setup -----
 
-    fn spec(&self, kind: EventKind, exclude_kernel: bool, enable_on_exec: bool) -> AttrSpec {
-        AttrSpec {
-            kind,
-            period_ns: self.period_ns,
-            stack_bytes: self.stack_bytes,
-            exclude_kernel,
-            enable_on_exec,
-            switch_records: kind == EventKind::CpuClock && self.switches == Some(true),
-        }
-    }
-
-    /// Opens the events of `tids` on every CPU, redirecting them into one ring per CPU.
-    fn open_for(&mut self, tids: &[u32], enable_on_exec: bool) -> Result<(), NativeError> {
-        for cpu in perf::online_cpus() {
-            for &tid in tids {
-                // The context-switch event first: whether the kernel allows it decides whether
-                // the cpu-clock event also asks for switch records.
-                let mut switches = None;
-                if self.switches == Some(true) {
-                    // Off-CPU needs kernel-mode samples: refused unprivileged at paranoid >= 2.
-                    let attr = perf::attr(&self.spec(EventKind::Switches, false, enable_on_exec));
-                    match perf::open(&attr, tid as i32, cpu) {
-                        Ok(fd) => switches = Some(fd),
-                        Err(e) if is_permission(&e) => {
-                            self.switches = None;
-                            self.setup_warnings.push(format!(
-                                "off-CPU (blocked) time is not recorded: the kernel shows context switches with their stacks only to root at kernel.perf_event_paranoid = {}; run onefix as root or allow it with `sysctl kernel.perf_event_paranoid=1`",
-                                paranoid_level()
-                            ));
-                        }
-                        Err(e) => return Err(map_open_error(e, tid)),
-                    }
-                }
-                let fd = self.open_cpu_clock(tid, cpu, enable_on_exec)?;
-                self.add_event(fd, cpu, EventKind::CpuClock)?;
-                if let Some(fd) = switches {
-                    self.add_event(fd, cpu, EventKind::Switches)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn open_cpu_clock(&mut self, tid: u32, cpu: i32, enable_on_exec: bool) -> Result<OwnedFd, NativeError> {
-        let tries: &[bool] = match self.exclude_kernel {
-            Some(x) => {
-                if x {
-                    &[true]
-                } else {
-                    &[false]
-                }
-            }
-            // Sampling in the kernel too sees the time spent in system calls; unprivileged at
-            // paranoid 2 only user mode is allowed.
-            None => &[false, true],
-        };
-        let mut last = None;
-        for &exclude in tries {
-            let attr = perf::attr(&self.spec(EventKind::CpuClock, exclude, enable_on_exec));
-            match perf::open(&attr, tid as i32, cpu) {
-                Ok(fd) => {
-                    if self.exclude_kernel.is_none() && exclude {
-                        self.setup_warnings.push(format!(
-                            "CPU time inside system calls is not sampled (kernel.perf_event_paranoid = {}): run onefix as root or allow it with `sysctl kernel.perf_event_paranoid=1`",
-                            paranoid_level()
-                        ));
-                    }
-                    self.exclude_kernel = Some(exclude);
-                    return Ok(fd);
-                }
-                Err(e) if is_permission(&e) => last = Some(e),
-                Err(e) => return Err(map_open_error(e, tid)),
-            }
-        }
-        Err(map_open_error(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EACCES)), tid))
-    }
-
-    fn add_event(&mut self, fd: OwnedFd, cpu: i32, kind: EventKind) -> Result<(), NativeError> {
-        let id = perf::event_id(&fd).map_err(NativeError::Os)?;
-        match kind {
-            EventKind::CpuClock => self.cpu_ids.insert(id),
-            EventKind::Switches => self.switch_ids.insert(id),
-        };
-        match self.ring_owner.get(&cpu) {
-            Some(&owner) => perf::set_output(&fd, &self.events[owner]).map_err(NativeError::Os)?,
-            None => {
-                let mut pages = self.ring_pages;
-                let ring = loop {
-                    match Ring::map(&fd, pages) {
-                        Ok(r) => break r,
-                        // Unprivileged users may lock only so much (perf_event_mlock_kb).
-                        Err(e) if pages > 8 && matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ENOMEM)) => {
-                            pages /= 2
-                        }
-                        Err(e) => return Err(NativeError::Os(e)),
-                    }
-                };
-                self.rings.push(ring);
-                self.ring_owner.insert(cpu, self.events.len());
-            }
-        }
-        self.events.push(fd);
-        Ok(())
-    }
-
     // ----- records -----
 
     fn drain(&mut self) {
@@ -518,7 +410,7 @@ impl NativeSampler {
                 if self.cpu_ids.contains(&s.id) {
                     if let (Some(c), Some(regs)) = (self.capture.as_mut().filter(|c| !c.goroutines), s.regs) {
                         if c.offer(s.pid, regs, &s.stack) {
-                            let maps = self.spaces.get(&s.pid).map(|sp| sp.mappings()).unwrap_or_default();
+                            let maps = self.symbolizer.space(s.pid).map(|sp| sp.mappings()).unwrap_or_default();
                             c.fixture.modules =
                                 maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
                         }
@@ -554,8 +446,7 @@ impl NativeSampler {
                     && !path.starts_with("//anon")
                     && path != "[vsyscall]"
                 {
-                    let module = self.modules.get(pid, &path, ino);
-                    self.spaces.entry(pid).or_default().map(start, start + len, pgoff, module);
+                    self.symbolizer.map(pid, start, start + len, pgoff, &path, ino);
                 }
             }
             Record::Comm { pid, tid, name, exec, .. } => {
@@ -564,7 +455,7 @@ impl NativeSampler {
                         self.awaiting_exec = None;
                     }
                     self.stats.execs += 1;
-                    self.spaces.entry(pid).or_default().clear();
+                    self.symbolizer.clear(pid);
                     self.go.remove(&pid);
                     self.parked.retain(|(p, _), _| *p != pid);
                 }
@@ -578,8 +469,9 @@ impl NativeSampler {
                     self.names.entry(tid).or_insert(name);
                 }
                 if pid != ppid {
-                    let space = self.spaces.get(&ppid).cloned().unwrap_or_default();
-                    self.spaces.insert(pid, space);
+                    if !self.symbolizer.inherit(pid, ppid) {
+                        self.symbolizer.clear(pid);
+                    }
                     self.live.insert(pid);
                 }
             }
@@ -621,87 +513,6 @@ impl NativeSampler {
         0
     }
 
-    /// A stack blocked in a read of a connection the process accepted gets
-    /// [`onefix_model::INBOUND_WAIT_FRAME`] as its leaf: the server waits for its client's next
-    /// request, which is no cost of its own.
-    fn marked_if_inbound_wait(
-        &mut self,
-        profile: &mut Profile,
-        pid: u32,
-        stack: Option<StackId>,
-        fd: Option<u64>,
-    ) -> Option<StackId> {
-        let (Some(st), Some(fd)) = (stack, fd) else { return stack };
-        let reads = profile
-            .stack_frames_leaf_first(Some(st))
-            .next()
-            .is_some_and(|leaf| crate::sockets::reads_a_descriptor(&profile.frame(leaf).function));
-        // A descriptor is a small number; a pointer or a futex address is not.
-        if !reads || fd > i32::MAX as u64 || !self.sockets.is_inbound(pid, fd) {
-            return stack;
-        }
-        *self.inbound_waits.entry(st).or_insert_with(|| {
-            let mut frames: Vec<_> = profile.stack_frames_leaf_first(Some(st)).collect();
-            frames.reverse();
-            frames
-                .push(profile.intern_frame(onefix_model::Frame::native(onefix_model::INBOUND_WAIT_FRAME, "[kernel]")));
-            profile.intern_stack(frames)
-        })
-    }
-
-    /// Charges the blocked interval of `tid` up to `to` and forgets it.
-    fn close_block(&mut self, profile: &mut Profile, tid: u32, to: u64) -> usize {
-        match self.blocked.remove(&tid) {
-            Some(mut b) => self.emit_blocked(profile, tid, &mut b, to),
-            None => 0,
-        }
-    }
-
-    /// Turns the blocked time of `tid` from `b.from` to `to` into samples, one per chunk of
-    /// [`CHUNK_NS`], each weighing whole sampling intervals. The remainder carries over to the
-    /// thread's next blocked time, so short waits add up to their true total instead of each
-    /// counting as a whole interval.
-    fn emit_blocked(&mut self, profile: &mut Profile, tid: u32, b: &mut Blocked, to: u64) -> usize {
-        let mut n = 0;
-        while b.from < to {
-            let end = ((b.from / CHUNK_NS + 1) * CHUNK_NS).min(to);
-            let Some(stack) = b.stack else {
-                b.from = end;
-                continue;
-            };
-            let carry = self.carry.entry(tid).or_default();
-            *carry += end - b.from;
-            let weight = *carry / self.period_ns;
-            *carry -= weight * self.period_ns;
-            if weight > 0 {
-                let thread = self.thread(profile, b.pid, tid);
-                profile.samples.push(Sample {
-                    time_us: self.time_us(b.from),
-                    thread,
-                    stack,
-                    state: ThreadState::new(false, false),
-                    weight: weight.min(u32::MAX as u64) as u32,
-                });
-                n += 1;
-            }
-            b.from = end;
-        }
-        n
-    }
-
-    /// Charges every thread still blocked up to the last chunk boundary before `horizon`.
-    fn emit_ongoing(&mut self, profile: &mut Profile, horizon: u64) -> usize {
-        let upto = horizon / CHUNK_NS * CHUNK_NS;
-        let tids: Vec<u32> = self.blocked.iter().filter(|(_, b)| b.from < upto).map(|(t, _)| *t).collect();
-        let mut n = 0;
-        for tid in tids {
-            let mut b = self.blocked.remove(&tid).expect("listed");
-            n += self.emit_blocked(profile, tid, &mut b, upto);
-            self.blocked.insert(tid, b);
-        }
-        n
-    }
-
     fn thread(&mut self, profile: &mut Profile, pid: u32, tid: u32) -> u32 {
         if !self.names.contains_key(&tid) {
             let name = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
@@ -723,33 +534,15 @@ impl NativeSampler {
     /// Unwinds a stack copy from its registers (bp, sp, ip) in `pid`'s address space and
     /// symbolizes it into the profile's stack tree.
     fn unwound(&mut self, profile: &mut Profile, pid: u32, regs: [u64; 3], stack: &[u8]) -> Option<StackId> {
-        let space = self.spaces.entry(pid).or_default();
-        self.addrs.clear();
-        space.unwind(&mut self.cache, regs, stack, &mut self.addrs);
-        // An address in no known mapping: a mapping made before sampling began, or one whose
-        // record has not been read. /proc has it while the process lives (read at most every
-        // MAPS_REREAD per process); unwind again with it.
-        if self.addrs.iter().any(|&a| space.find(a).is_none())
-            && space.maps_read.filter(|t| t.elapsed() < MAPS_REREAD).is_none()
-            && process::exists(pid)
-        {
-            space.load_proc_maps(pid, &mut self.modules);
+        if self.symbolizer.unwind(pid, &mut self.cache, regs, stack, &mut self.addrs) {
             self.stats.maps_reread += 1;
-            self.addrs.clear();
-            space.unwind(&mut self.cache, regs, stack, &mut self.addrs);
         }
         if self.addrs.len() == 1 {
             self.stats.shallow += 1;
         }
         self.frames.clear();
         for &addr in &self.addrs {
-            let frames = match space.find(addr) {
-                Some(m) => {
-                    let svma = addr.wrapping_sub(m.bias);
-                    self.symbols.entry((m.module.id, svma)).or_insert_with(|| m.module.symbolize(svma).into()).clone()
-                }
-                None => Arc::from(vec![Frame::native(format!("0x{addr:x}"), "")]),
-            };
+            let frames = self.symbolizer.frames_at(pid, addr);
             for f in frames.iter() {
                 self.frames.push(profile.intern_frame(f.clone()));
             }
@@ -758,101 +551,6 @@ impl NativeSampler {
     }
 
     // ----- goroutines -----
-
-    /// Reads the goroutines of every traced Go process and adds a sample for each one that
-    /// waits, weighing the time since the previous scan: its stack is where it was parked
-    /// (a network read, a channel, a lock), which no OS thread shows.
-    fn scan_goroutines(&mut self, profile: &mut Profile, now: u64) -> usize {
-        if self.last_scan_ns.is_some_and(|t| now.saturating_sub(t) < self.scan_every_ns) {
-            return 0;
-        }
-        let gap = self.last_scan_ns.map(|t| now.saturating_sub(t).min(GOROUTINE_MAX_GAP_NS)).unwrap_or(0);
-        self.last_scan_ns = Some(now);
-        self.scan_carry_ns += gap;
-        let weight = self.scan_carry_ns / self.period_ns;
-        self.scan_carry_ns -= weight * self.period_ns;
-        let pids: Vec<u32> = self.live.iter().copied().filter(|p| self.awaiting_exec != Some(*p)).collect();
-        let mut n = 0;
-        let mut read = 0u64;
-        for pid in pids {
-            if matches!(self.go.get(&pid), None | Some(GoState::Unknown)) {
-                let state = self.go_state(pid);
-                self.go.insert(pid, state);
-            }
-            let Some(GoState::Go { runtime, bias }) = self.go.get(&pid) else { continue };
-            let all = runtime.goroutines(pid, *bias);
-            read += all.len() as u64;
-            let goroutines: Vec<Goroutine> =
-                all.into_iter().filter(|g| g.is_waiting() && !runtime.is_runtime_wait(g.waitreason)).collect();
-            self.stats.goroutine_scans += 1;
-            for g in &goroutines {
-                let (thread, stack) = self.goroutine_stack(profile, pid, g);
-                if weight == 0 {
-                    continue;
-                }
-                // Merged with the goroutine's previous sample while it stays parked at the
-                // same place: memory per span of time, not per scan.
-                profile.push_sample(Sample {
-                    time_us: self.time_us(now),
-                    thread,
-                    stack,
-                    state: ThreadState::new(false, false),
-                    weight: weight.min(u32::MAX as u64) as u32,
-                });
-                self.stats.goroutine_samples += 1;
-                n += 1;
-            }
-            let scan = self.stats.goroutine_scans;
-            self.parked.retain(|(p, _), s| *p != pid || s.seen == scan);
-        }
-        self.scan_every_ns = GOROUTINE_SCAN_NS.max(read * GOROUTINE_SCAN_NS_EACH);
-        n
-    }
-
-    /// The stack of a waiting goroutine: unwound from its saved registers, or the one found
-    /// before if it has not moved since.
-    fn goroutine_stack(&mut self, profile: &mut Profile, pid: u32, g: &Goroutine) -> (u32, Option<StackId>) {
-        let scan = self.stats.goroutine_scans;
-        if let Some(p) = self.parked.get_mut(&(pid, g.addr)).filter(|p| p.goid == g.goid && p.regs == g.regs) {
-            p.seen = scan;
-            return (p.thread, p.stack);
-        }
-        let bytes = g.read_stack(pid);
-        if let (Some(c), Some(bytes)) = (self.capture.as_mut().filter(|c| c.goroutines), &bytes) {
-            if c.offer(pid, g.regs, bytes) {
-                let maps = self.spaces.get(&pid).map(|sp| sp.mappings()).unwrap_or_default();
-                c.fixture.modules = maps.iter().map(|m| (m.start, m.end, m.pgoff, m.module.name.clone())).collect();
-            }
-        }
-        let stack = bytes.and_then(|bytes| self.unwound(profile, pid, g.regs, &bytes));
-        let thread = profile.intern_thread(pid, GOROUTINE_TID_BASE + g.goid, Some(&format!("goroutine {}", g.goid)));
-        self.parked.insert((pid, g.addr), ParkedStack { goid: g.goid, regs: g.regs, stack, thread, seen: scan });
-        (thread, stack)
-    }
-
-    /// Whether `pid` runs Go, and where its runtime is loaded. `Unknown` until its executable
-    /// is mapped.
-    fn go_state(&mut self, pid: u32) -> GoState {
-        let exe = std::path::PathBuf::from(format!("/proc/{pid}/exe"));
-        let Ok(name) = std::fs::read_link(&exe) else { return GoState::Absent };
-        let name = name.display().to_string();
-        let Some(bias) =
-            self.spaces.get(&pid).and_then(|s| s.mappings().iter().find(|m| m.module.name == name).map(|m| m.bias))
-        else {
-            return GoState::Unknown;
-        };
-        match GoRuntime::from_file(&exe) {
-            Ok(Some(runtime)) => GoState::Go { runtime, bias },
-            Ok(None) => GoState::Absent,
-            Err(e) => {
-                let w = e.to_string();
-                if !self.setup_warnings.contains(&w) {
-                    self.setup_warnings.push(w);
-                }
-                GoState::Absent
-            }
-        }
-    }
 
     fn refresh_live(&mut self) {
         self.last_live_check = Instant::now();
@@ -891,48 +589,5 @@ impl Sampler for NativeSampler {
         n += self.emit_ongoing(profile, horizon);
         n += self.scan_goroutines(profile, now);
         Tick::Sampled(n)
-    }
-}
-
-fn raise_open_files_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
-    }
-}
-
-fn threads_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect())
-        .unwrap_or_default()
-}
-
-fn is_permission(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
-}
-
-fn map_open_error(e: io::Error, pid: u32) -> NativeError {
-    match e.raw_os_error() {
-        Some(libc::ESRCH) => NativeError::NoSuchProcess(pid),
-        Some(libc::EMFILE) | Some(libc::ENFILE) => NativeError::TooManyFiles,
-        Some(libc::ENOENT) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) => {
-            NativeError::Unsupported { detail: e.to_string() }
-        }
-        Some(libc::EACCES) | Some(libc::EPERM) => {
-            let euid = unsafe { libc::geteuid() };
-            let owner = std::fs::metadata(format!("/proc/{pid}")).map(|m| std::os::unix::fs::MetadataExt::uid(&m)).ok();
-            if euid == 0 {
-                // Root refused: a container without CAP_PERFMON / with a seccomp filter.
-                NativeError::Unsupported { detail: e.to_string() }
-            } else if owner.is_some_and(|o| o != euid) {
-                NativeError::PermissionDenied { pid }
-            } else {
-                NativeError::Paranoid { level: paranoid_level() }
-            }
-        }
-        _ => NativeError::Os(e),
     }
 }
