@@ -519,18 +519,7 @@ fn holder_of(sources: &mut SourceCache, path: &Path, line: u32, code: &str) -> O
     None
 }
 
-fn bytes(n: u64) -> String {
-    let n = n as f64;
-    if n >= 1e9 {
-        format!("{:.1} GB", n / 1e9)
-    } else if n >= 1e6 {
-        format!("{:.1} MB", n / 1e6)
-    } else if n >= 1e3 {
-        format!("{:.0} kB", n / 1e3)
-    } else {
-        format!("{n:.0} B")
-    }
-}
+use onefix_model::fmt::bytes;
 
 fn percent(f: f64) -> String {
     format!("{:.0}%", f * 100.0)

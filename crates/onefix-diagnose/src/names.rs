@@ -81,7 +81,7 @@ pub fn python_module(file: &str) -> String {
         .iter()
         .find_map(|m| file.find(m).map(|i| &file[i + m.len()..]))
         .or_else(|| python_lib_root(file).map(|i| &file[i..]))
-        .unwrap_or_else(|| file.rsplit('/').next().unwrap_or(file));
+        .unwrap_or_else(|| onefix_model::fmt::file_name(file));
     let rel = rel.strip_suffix(".py").unwrap_or(rel);
     let rel = rel.strip_suffix("/__init__").unwrap_or(rel);
     rel.replace('/', ".")

@@ -105,7 +105,7 @@ impl UserCode {
 /// A torn read can yield garbage names (`__doc__`, stray bytes) and lines: a user's frame is a
 /// real line of a file with a source extension.
 fn is_plausible_source(file: &str, line: u32) -> bool {
-    let name = file.rsplit('/').next().unwrap_or(file);
+    let name = onefix_model::fmt::file_name(file);
     line > 0 && line < 10_000_000 && name.contains('.') && !file.chars().any(char::is_control)
 }
 

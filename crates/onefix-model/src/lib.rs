@@ -5,6 +5,7 @@
 //! Nothing here does I/O except through the `Read`/`Write` handed to [`recording`].
 
 pub mod attachments;
+pub mod fmt;
 pub mod memory;
 mod profile;
 pub mod recording;

@@ -1,7 +1,9 @@
 //! Small shared wordings of numbers and of the target, so that every writer rounds and names
 //! things the same way.
 
-use onefix_model::{Meta, Target, TargetExit};
+pub use onefix_model::fmt::signal_name;
+pub(crate) use onefix_model::fmt::{bytes, exit_clause};
+use onefix_model::{Meta, Target};
 
 /// Rounds to a fixed number of decimals, so reports don't print float noise
 /// (`0.30000000000000004`) and stay byte-stable across platforms.
@@ -68,24 +70,6 @@ pub(crate) fn hertz(rate_hz: f64) -> String {
     }
 }
 
-/// Bytes in decimal units, as allocation profilers print them.
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [&str; 4] = ["kB", "MB", "GB", "TB"];
-    if n < 1000 {
-        return format!("{n} B");
-    }
-    let mut value = n as f64;
-    let mut unit = "B";
-    for next in UNITS {
-        if value < 1000.0 {
-            break;
-        }
-        value /= 1000.0;
-        unit = next;
-    }
-    format!("{value:.1} {unit}")
-}
-
 /// The command line as a shell would take it back, or `pid N` when onefix attached.
 pub(crate) fn command_line(target: &Target) -> String {
     match &target.argv {
@@ -103,35 +87,6 @@ fn shell_quote(arg: &str) -> String {
     }
 }
 
-/// How the target ended, as a clause: `exited with 0`, `killed by SIGKILL (signal 9)`, ...
-/// SIGINT and SIGTERM ask a program to stop (Ctrl-C, or onefix at the end of a duration or a
-/// load): it was stopped, not killed.
-pub(crate) fn exit_clause(exit: &TargetExit) -> String {
-    match exit {
-        TargetExit::Code(code) => format!("exited with {code}"),
-        TargetExit::Signal(signal @ (2 | 15)) => format!("stopped by {}", signal_name(*signal)),
-        TargetExit::Signal(signal) => format!("killed by {}", signal_name(*signal)),
-        TargetExit::StillRunning => "still running when recording stopped".to_owned(),
-        TargetExit::Unknown => "exit status unknown".to_owned(),
-    }
-}
-
-/// `SIGSEGV (signal 11)`, or `signal N` for the rest (Linux numbers).
-pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        2 => "SIGINT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        15 => "SIGTERM",
-        _ => return format!("signal {sig}"),
-    };
-    format!("{name} (signal {sig})")
-}
-
 /// A source path as the user would type it: relative to the target's working directory when
 /// it lies beneath it, as the target saw it otherwise.
 pub(crate) fn display_path<'a>(file: &'a str, cwd: Option<&str>) -> &'a str {
@@ -147,15 +102,6 @@ pub(crate) fn display_path<'a>(file: &'a str, cwd: Option<&str>) -> &'a str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_target_asked_to_stop_was_stopped_and_one_that_crashed_was_killed() {
-        assert_eq!(exit_clause(&TargetExit::Signal(2)), "stopped by SIGINT (signal 2)");
-        assert_eq!(exit_clause(&TargetExit::Signal(15)), "stopped by SIGTERM (signal 15)");
-        assert_eq!(exit_clause(&TargetExit::Signal(11)), "killed by SIGSEGV (signal 11)");
-        assert_eq!(exit_clause(&TargetExit::Signal(64)), "killed by signal 64");
-        assert_eq!(exit_clause(&TargetExit::Code(3)), "exited with 3");
-    }
 
     #[test]
     fn thousands_groups_by_three() {

@@ -108,9 +108,7 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
     }
 }
 
-fn mb(b: u64) -> String {
-    format!("{:.1} MB", b as f64 / 1e6)
-}
+use onefix_model::fmt::bytes as mb;
 
 fn write_memory_json(
     out: crate::output::Output,

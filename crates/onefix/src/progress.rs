@@ -89,7 +89,7 @@ impl Progress {
         let top = self.recent.iter().max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(a.0)));
         if let Some((&frame, &weight)) = top {
             let f = profile.frame(frame);
-            let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+            let file = onefix_model::fmt::file_name(&f.file);
             let share = if self.recent_total > 0.0 { weight / self.recent_total } else { 0.0 };
             text.push_str(&format!(", now: {file}:{} {} ({:.0}%)", f.line, f.function, share * 100.0));
         }

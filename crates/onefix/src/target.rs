@@ -17,7 +17,6 @@ use onefix_collect::kept::KeptChild;
 use onefix_collect::{process, CollectError, PythonOptions, PythonSampler, Sampler};
 use onefix_model::{Language, Mode, Profile, TargetExit};
 use onefix_native::{NativeOptions, NativeSampler};
-use onefix_report::signal_name;
 
 use crate::cli::{LoadArgs, RecordArgs};
 use anyhow::Context;
@@ -386,14 +385,7 @@ pub(crate) fn exit_of(status: ExitStatus) -> TargetExit {
     }
 }
 
-pub(crate) fn describe_exit(exit: &TargetExit) -> String {
-    match exit {
-        TargetExit::Code(c) => format!("exit status {c}"),
-        TargetExit::Signal(s) => format!("killed by {}", signal_name(*s)),
-        TargetExit::StillRunning => "still running".into(),
-        TargetExit::Unknown => "status unknown".into(),
-    }
-}
+pub(crate) use onefix_model::fmt::exit_clause as describe_exit;
 
 /// The load `onefix load` and `record --load` send, from their arguments.
 pub fn load_config(args: &LoadArgs) -> Result<LoadConfig> {

@@ -113,7 +113,7 @@ fn a_command_that_exits_at_once_saves_nothing_and_says_its_status() {
     fails(
         onefix().args(["record", "-o", &s.arg("rec.onefix"), "--", "false"]),
         2,
-        &["no sample was taken", "exit status 1", "nothing was saved"],
+        &["no sample was taken", "(exited with 1)", "nothing was saved"],
     );
     assert!(!s.path("rec.onefix").exists(), "an empty recording is not left behind");
 }

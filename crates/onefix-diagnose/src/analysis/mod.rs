@@ -621,9 +621,7 @@ impl Engine<'_> {
     }
 }
 
-fn short(file: &str) -> &str {
-    file.rsplit('/').next().unwrap_or(file)
-}
+use onefix_model::fmt::file_name as short;
 
 fn capitalize(s: &str) -> String {
     let mut c = s.chars();

@@ -256,7 +256,7 @@ fn compare_recordings(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> R
 }
 
 fn at(file: &str, line: u32) -> String {
-    format!("{}:{line}", file.rsplit('/').next().unwrap_or(file))
+    format!("{}:{line}", onefix_model::fmt::file_name(file))
 }
 
 /// What identifies a line in two runs of a program that changed: its function and its code.

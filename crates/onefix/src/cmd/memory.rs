@@ -304,10 +304,12 @@ fn reap(pid: u32, block: bool) -> Option<(TargetExit, u64)> {
     Some((exit, usage.ru_maxrss.max(0) as u64 * 1024))
 }
 
+/// How the target ended, when that may explain an empty recording.
 fn exit_note(exit: Option<&TargetExit>) -> String {
     match exit {
-        Some(TargetExit::Code(c)) if *c != 0 => format!(" (it exited with status {c})"),
-        Some(TargetExit::Signal(s)) => format!(" (it was killed by signal {s})"),
+        Some(e @ (TargetExit::Code(1..) | TargetExit::Code(..=-1) | TargetExit::Signal(_))) => {
+            format!(" (it {})", onefix_model::fmt::exit_clause(e))
+        }
         _ => String::new(),
     }
 }
