@@ -16,7 +16,7 @@ pub struct Evidence {
 pub struct Finding {
     pub rank: usize,
     /// `repeated-setup`, `serial-io`, `serialization`, `hot-loop-compute`, `lock-contention`, ...
-    pub kind: String,
+    pub kind: crate::Kind,
     pub file: String,
     pub line: u32,
     pub function: String,
@@ -115,7 +115,7 @@ mod tests {
     fn finding(bound: f64, bound_weight: u64) -> Finding {
         Finding {
             rank: 1,
-            kind: "repeated-setup".into(),
+            kind: crate::Kind::RepeatedSetup,
             file: "/app/main.py".into(),
             line: 3,
             function: "f".into(),

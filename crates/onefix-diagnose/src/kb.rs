@@ -49,7 +49,7 @@ pub enum When {
 #[serde(deny_unknown_fields)]
 pub struct EntrySpec {
     pub id: String,
-    pub kind: String,
+    pub kind: crate::Kind,
     #[serde(default)]
     pub role: Role,
     #[serde(default)]

@@ -8,6 +8,7 @@
 mod analysis;
 mod finding;
 pub mod kb;
+pub mod kind;
 pub mod memory;
 pub mod names;
 pub mod origin;
@@ -15,5 +16,6 @@ pub mod origin;
 pub use analysis::{diagnose, Options};
 pub use finding::{Diagnosis, Evidence, Finding, HotLine};
 pub use kb::KnowledgeBase;
+pub use kind::Kind;
 pub use memory::{diagnose_memory, MemoryOptions};
 pub use origin::{Origin, UserCode};

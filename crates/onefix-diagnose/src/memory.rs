@@ -62,7 +62,7 @@ struct Texts {
 
 #[derive(Deserialize)]
 struct RetentionText {
-    kind: String,
+    kind: crate::Kind,
     title: String,
     why_stored: String,
     why_allocated: String,
@@ -71,7 +71,7 @@ struct RetentionText {
 
 #[derive(Deserialize)]
 struct LineText {
-    kind: String,
+    kind: crate::Kind,
     title: String,
     why: String,
     advice: String,
@@ -231,7 +231,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         evidence.extend(top_beneath(acc, total_retained));
         findings.push(Finding {
             rank: 0,
-            kind: t.kind.clone(),
+            kind: t.kind,
             file,
             line,
             function,
@@ -365,7 +365,7 @@ fn allocating_line_finding(
     let frame = profile.frame(acc.frame);
     Finding {
         rank: 0,
-        kind: t.kind.clone(),
+        kind: t.kind,
         file: frame.file.clone(),
         line: frame.line,
         function: frame.function.clone(),

@@ -175,7 +175,7 @@ pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &
 fn finding_json(f: &Finding) -> FindingJson<'_> {
     FindingJson {
         rank: f.rank,
-        kind: &f.kind,
+        kind: f.kind.as_str(),
         file: &f.file,
         line: f.line,
         function: &f.function,

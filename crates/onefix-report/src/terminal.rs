@@ -178,7 +178,7 @@ impl Summary<'_> {
         let mut lines =
             vec![format!("{}{}{}{}", self.style.bold(&lead), what, " ".repeat(pad), self.style.red(&share))];
 
-        lines.extend(wrap(&f.why, &format!("{INDENT}{}: ", self.style.yellow(&f.kind)), INDENT));
+        lines.extend(wrap(&f.why, &format!("{INDENT}{}: ", self.style.yellow(f.kind.as_str())), INDENT));
         if !f.evidence.is_empty() {
             let under: Vec<String> =
                 f.evidence.iter().take(EVIDENCE_SHOWN).map(|e| format!("{} {}", e.frame, percent(e.share))).collect();

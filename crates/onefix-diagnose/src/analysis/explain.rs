@@ -2,6 +2,7 @@
 //! state and self time show (the built-in classifications), with its evidence and gain bound.
 
 use super::*;
+use crate::Kind;
 
 impl Engine<'_> {
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
@@ -130,10 +131,10 @@ impl Engine<'_> {
                 if let Some(&(inner, w)) = entries.iter().find(|(o, w)| *o != e && *w * 2 >= weight) {
                     why = format!("{why}; most of it is {} ({:.0}%)", self.kb.entries[inner as usize].spec.what, share(w) * 100.0);
                 }
-                (spec.kind.clone(), spec.id.clone(), spec.what.clone(), why, spec.fix_for(frame.kind).to_owned())
+                (spec.kind, spec.id.clone(), spec.what.clone(), why, spec.fix_for(frame.kind).to_owned())
             }
             (None, _) if mode == Mode::Wall && blocked * 2 >= weight => (
-                "blocking-wait".to_owned(),
+                Kind::BlockingWait,
                 "blocked".to_owned(),
                 "waiting".to_owned(),
                 format!("the thread is blocked here {:.0}% of the time, not running", blocked as f64 * 100.0 / weight as f64),
@@ -142,14 +143,14 @@ impl Engine<'_> {
             // Self time on a line that calls something is time inside a C function, which has
             // no Python frame of its own.
             (None, Some(c_call)) if self_weight * 2 >= weight => (
-                "hot-call".to_owned(),
+                Kind::HotCall,
                 "c-call".to_owned(),
                 format!("calling {c_call}()"),
                 format!("the time is spent inside {c_call}(), compiled code called from this line that has no Python frames of its own (record with --native to see inside it)"),
                 format!("call {c_call}() less often (hoist it out of the loop, cache its result, batch the calls), or pass it less data"),
             ),
             (None, _) if self_weight * 2 >= weight => (
-                "hot-loop-compute".to_owned(),
+                Kind::HotLoopCompute,
                 "self-time".to_owned(),
                 "running its own code".to_owned(),
                 "the time is spent executing this line's own code, not in a library it calls".to_owned(),
@@ -168,7 +169,7 @@ impl Engine<'_> {
                 }
                 let callee = evidence.first().map(|e| e.frame.clone()).unwrap_or_else(|| "the calls it makes".into());
                 (
-                    "hot-call".to_owned(),
+                    Kind::HotCall,
                     "hot-call".to_owned(),
                     format!("calling {callee}"),
                     format!("most of this line's time is spent in {callee} and what it calls"),
@@ -190,7 +191,7 @@ impl Engine<'_> {
         let in_condition = matches!(rule.as_str(), "hot-call" | "c-call")
             && self.user.resolve(&frame.file).is_some_and(|p| self.source.bound_recomputed_every_pass(&p, frame.line));
         if in_condition {
-            kind = "hot-loop-compute".to_owned();
+            kind = Kind::HotLoopCompute;
             rule = "call-in-loop-condition".to_owned();
             why = format!("the loop's condition on this line makes the call again on every pass; {why}");
             fix = "compute it once before the loop (or update it inside the loop when what it depends on changes) instead of calling it in the condition".to_owned();
@@ -199,7 +200,7 @@ impl Engine<'_> {
         if kind == "serial-io" {
             if let Some((mean, peak)) = self.in_flight(l) {
                 if mean >= OVERLAPPING_WAITS {
-                    kind = "blocking-wait".to_owned();
+                    kind = Kind::BlockingWait;
                     rule = format!("{rule}-concurrent");
                     why = format!("{:.1} waits are in flight at once here (mean over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", mean, IN_FLIGHT_WINDOW_US / 1000, peak);
                     fix = "the waits already overlap: make each shorter (a closer or faster service, smaller replies, a cache) or issue fewer of them".to_owned();
@@ -234,7 +235,7 @@ impl Engine<'_> {
                     "{}; the set-up is finished lazily, so its cost shows at the first use on line {}",
                     spec.why, frame.line
                 );
-                (kind, rule, fix) = (spec.kind.clone(), spec.id.clone(), spec.fix_for(frame.kind).to_owned());
+                (kind, rule, fix) = (spec.kind, spec.id.clone(), spec.fix_for(frame.kind).to_owned());
                 line = made_at;
                 code = Some(made_code);
             }
@@ -243,7 +244,7 @@ impl Engine<'_> {
         // Waits no loop of the user's repeats (a handler's one call to its backend) have
         // nothing to overlap with: the reply's own latency is the cost.
         if kind == "serial-io" && enclosing.is_none() {
-            kind = "blocking-wait".to_owned();
+            kind = Kind::BlockingWait;
             rule = format!("{rule}-single");
             why = "the thread waits here for one reply at a time, and no loop in your code repeats the call, so there is nothing to overlap it with: the time is the reply's own latency".to_owned();
             fix = "make the reply faster (a closer or faster service, a kept-alive connection, smaller replies, a cache of answers that repeat), or start the request earlier, alongside other work".to_owned();
@@ -339,7 +340,7 @@ impl Engine<'_> {
         let names = called_names(&made_code);
         let entry = self.kb.entries.iter().position(|e| {
             e.spec.role == Role::Cost
-                && matches!(e.spec.kind.as_str(), "repeated-setup" | "new-connection-per-request")
+                && matches!(e.spec.kind, Kind::RepeatedSetup | Kind::NewConnectionPerRequest)
                 && names.iter().any(|n| e.matches_call(n))
         })?;
         Some((made_at, made_code, entry as u16))

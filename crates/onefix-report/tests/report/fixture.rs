@@ -125,7 +125,7 @@ pub fn updater_diagnosis() -> Diagnosis {
         findings: vec![
             Finding {
                 rank: 1,
-                kind: "repeated-setup".into(),
+                kind: onefix_diagnose::Kind::RepeatedSetup,
                 file: UPDATER.into(),
                 line: 31,
                 function: "update_all".into(),
@@ -170,7 +170,7 @@ pub fn updater_diagnosis() -> Diagnosis {
             },
             Finding {
                 rank: 2,
-                kind: "serial-io".into(),
+                kind: onefix_diagnose::Kind::SerialIo,
                 file: UPDATER.into(),
                 line: 33,
                 function: "update_all".into(),
