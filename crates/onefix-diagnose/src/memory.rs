@@ -78,7 +78,67 @@ struct LineText {
 }
 
 fn texts() -> Texts {
-    toml::from_str(include_str!("../kb/memory/findings.toml")).expect("the memory knowledge base is valid (tested)")
+    let texts: Texts = toml::from_str(include_str!("../kb/memory/findings.toml"))
+        .expect("the memory knowledge base is valid (tested)");
+    if let Err(e) = texts.check_placeholders() {
+        panic!("kb/memory/findings.toml: {e} (tested)");
+    }
+    texts
+}
+
+/// The placeholders the memory findings' texts may use, filled from the recording.
+const PLACEHOLDERS: [&str; 10] = [
+    "retained",
+    "share",
+    "growth",
+    "windows",
+    "alloc_line",
+    "alloc_code",
+    "holder_line",
+    "allocated",
+    "rate",
+    "beneath",
+];
+
+/// The `{name}`s of a template that are not placeholders onefix fills: a misspelling would
+/// otherwise reach the report as it is.
+fn unknown_placeholders(template: &str) -> Vec<&str> {
+    let mut unknown = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find('}') else { break };
+        let name = &after[..close];
+        if !PLACEHOLDERS.contains(&name) {
+            unknown.push(name);
+        }
+        rest = &after[close + 1..];
+    }
+    unknown
+}
+
+impl Texts {
+    fn check_placeholders(&self) -> Result<(), String> {
+        let all = [
+            ("retention.title", &self.retention.title),
+            ("retention.why_stored", &self.retention.why_stored),
+            ("retention.why_allocated", &self.retention.why_allocated),
+            ("retention.advice", &self.retention.advice),
+            ("churn.title", &self.churn.title),
+            ("churn.why", &self.churn.why),
+            ("churn.advice", &self.churn.advice),
+            ("peak.title", &self.peak.title),
+            ("peak.why", &self.peak.why),
+            ("peak.advice", &self.peak.advice),
+        ];
+        for (field, text) in all {
+            let unknown = unknown_placeholders(text);
+            if !unknown.is_empty() {
+                return Err(format!("{field} uses {{{}}}, which onefix does not fill", unknown.join("}, {")));
+            }
+        }
+        Ok(())
+    }
 }
 
 fn fill(template: &str, values: &[(&str, String)]) -> String {
@@ -528,6 +588,15 @@ fn percent(f: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_texts_use_only_placeholders_onefix_fills() {
+        texts().check_placeholders().unwrap();
+        let mut t = texts();
+        t.churn.title = "allocates {alocated} per {pass}".into();
+        let err = t.check_placeholders().unwrap_err();
+        assert!(err.contains("churn.title") && err.contains("{alocated}, {pass}"), "{err}");
+    }
     use onefix_model::{Frame, Meta, Sample, ThreadState, WeightUnit};
 
     /// A fresh directory for one test's source files.
