@@ -6,12 +6,14 @@
 //! - [`diagnose`] charges samples to the user's lines and explains the top ones.
 
 mod analysis;
+mod builtin;
 mod finding;
 pub mod kb;
 pub mod kind;
 pub mod memory;
 pub mod names;
 pub mod origin;
+mod template;
 
 pub use analysis::{diagnose, Options};
 pub use finding::{Diagnosis, Evidence, Finding, HotLine};

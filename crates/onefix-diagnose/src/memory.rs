@@ -77,6 +77,8 @@ struct LineText {
     advice: String,
 }
 
+use crate::template::{fill, unknown_placeholders};
+
 fn texts() -> Texts {
     let texts: Texts = toml::from_str(include_str!("../kb/memory/findings.toml"))
         .expect("the memory knowledge base is valid (tested)");
@@ -100,23 +102,6 @@ const PLACEHOLDERS: [&str; 10] = [
     "beneath",
 ];
 
-/// The `{name}`s of a template that are not placeholders onefix fills: a misspelling would
-/// otherwise reach the report as it is.
-fn unknown_placeholders(template: &str) -> Vec<&str> {
-    let mut unknown = Vec::new();
-    let mut rest = template;
-    while let Some(open) = rest.find('{') {
-        let after = &rest[open + 1..];
-        let Some(close) = after.find('}') else { break };
-        let name = &after[..close];
-        if !PLACEHOLDERS.contains(&name) {
-            unknown.push(name);
-        }
-        rest = &after[close + 1..];
-    }
-    unknown
-}
-
 impl Texts {
     fn check_placeholders(&self) -> Result<(), String> {
         let all = [
@@ -132,21 +117,13 @@ impl Texts {
             ("peak.advice", &self.peak.advice),
         ];
         for (field, text) in all {
-            let unknown = unknown_placeholders(text);
+            let unknown = unknown_placeholders(text, &PLACEHOLDERS);
             if !unknown.is_empty() {
                 return Err(format!("{field} uses {{{}}}, which onefix does not fill", unknown.join("}, {")));
             }
         }
         Ok(())
     }
-}
-
-fn fill(template: &str, values: &[(&str, String)]) -> String {
-    let mut s = template.to_owned();
-    for (k, v) in values {
-        s = s.replace(&format!("{{{k}}}"), v);
-    }
-    s
 }
 
 #[derive(Default)]

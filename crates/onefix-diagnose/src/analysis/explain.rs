@@ -2,7 +2,6 @@
 //! state and self time show (the built-in classifications), with its evidence and gain bound.
 
 use super::*;
-use crate::Kind;
 
 impl Engine<'_> {
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
@@ -123,58 +122,63 @@ impl Engine<'_> {
             .map(|f| f.function.rsplit('.').next().unwrap_or(&f.function))
             .collect();
         let compiled_call = called.iter().find(|n| !python_callees.contains(&n.rsplit('.').next().unwrap_or(n)));
+        let b = crate::builtin::Builtins::get();
         let (kind, rule, what, why, fix) = match (best, compiled_call) {
             (Some((e, _)), _) => {
                 let spec = &self.kb.entries[e as usize].spec;
                 let mut why = spec.why.clone();
                 // A second entry under most of the same time names where it goes inside.
                 if let Some(&(inner, w)) = entries.iter().find(|(o, w)| *o != e && *w * 2 >= weight) {
-                    why = format!("{why}; most of it is {} ({:.0}%)", self.kb.entries[inner as usize].spec.what, share(w) * 100.0);
+                    why = format!(
+                        "{why}; most of it is {} ({:.0}%)",
+                        self.kb.entries[inner as usize].spec.what,
+                        share(w) * 100.0
+                    );
                 }
                 (spec.kind, spec.id.clone(), spec.what.clone(), why, spec.fix_for(frame.kind).to_owned())
             }
-            (None, _) if mode == Mode::Wall && blocked * 2 >= weight => (
-                Kind::BlockingWait,
-                "blocked".to_owned(),
-                "waiting".to_owned(),
-                format!("the thread is blocked here {:.0}% of the time, not running", blocked as f64 * 100.0 / weight as f64),
-                "find what the line waits for (a lock, a reply, a child process) and overlap or remove the wait".to_owned(),
-            ),
+            (None, _) if mode == Mode::Wall && blocked * 2 >= weight => {
+                let values = [("blocked_percent", format!("{:.0}", blocked as f64 * 100.0 / weight as f64))];
+                let id = "blocked";
+                (b.kind(id), id.to_owned(), b.what(id, &values), b.why(id, &values), b.fix(id, &values))
+            }
             // Self time on a line that calls something is time inside a C function, which has
             // no Python frame of its own.
-            (None, Some(c_call)) if self_weight * 2 >= weight => (
-                Kind::HotCall,
-                "c-call".to_owned(),
-                format!("calling {c_call}()"),
-                format!("the time is spent inside {c_call}(), compiled code called from this line that has no Python frames of its own (record with --native to see inside it)"),
-                format!("call {c_call}() less often (hoist it out of the loop, cache its result, batch the calls), or pass it less data"),
-            ),
-            (None, _) if self_weight * 2 >= weight => (
-                Kind::HotLoopCompute,
-                "self-time".to_owned(),
-                "running its own code".to_owned(),
-                "the time is spent executing this line's own code, not in a library it calls".to_owned(),
-                "do less work per pass: move invariant work out of the loop, use a better algorithm or data structure, or a vectorised or compiled library".to_owned(),
-            ),
+            (None, Some(c_call)) if self_weight * 2 >= weight => {
+                let values = [("call", c_call.clone())];
+                let id = "c-call";
+                (b.kind(id), id.to_owned(), b.what(id, &values), b.why(id, &values), b.fix(id, &values))
+            }
+            (None, _) if self_weight * 2 >= weight => {
+                let id = "self-time";
+                (b.kind(id), id.to_owned(), b.what(id, &[]), b.why(id, &[]), b.fix(id, &[]))
+            }
             (None, _) => {
                 // Named by the call on the line that carries the most time (not by an entry that
                 // explains too little of it to classify the line).
-                let heaviest = direct_callee.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(&f, &w)| (f, w));
+                let heaviest =
+                    direct_callee.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0))).map(|(&f, &w)| (f, w));
                 if let Some((f, w)) = heaviest {
                     let native = profile.frame(f).kind != FrameKind::Python;
-                    let name = unqualified_name(profile.frame(f)).filter(|_| native).unwrap_or_else(|| self.frame(f).qualified.clone());
+                    let name = unqualified_name(profile.frame(f))
+                        .filter(|_| native)
+                        .unwrap_or_else(|| self.frame(f).qualified.clone());
                     let raw = self.frame(f).qualified.clone();
                     evidence.retain(|e| e.frame != name && e.frame != raw);
-                    evidence.insert(0, Evidence { frame: name, file: profile.frame(f).file.clone(), line: profile.frame(f).line, share: share(w) });
+                    evidence.insert(
+                        0,
+                        Evidence {
+                            frame: name,
+                            file: profile.frame(f).file.clone(),
+                            line: profile.frame(f).line,
+                            share: share(w),
+                        },
+                    );
                 }
                 let callee = evidence.first().map(|e| e.frame.clone()).unwrap_or_else(|| "the calls it makes".into());
-                (
-                    Kind::HotCall,
-                    "hot-call".to_owned(),
-                    format!("calling {callee}"),
-                    format!("most of this line's time is spent in {callee} and what it calls"),
-                    format!("call {callee} less often (cache its result, batch the calls) or use a faster alternative"),
-                )
+                let values = [("callee", callee)];
+                let id = "hot-call";
+                (b.kind(id), id.to_owned(), b.what(id, &values), b.why(id, &values), b.fix(id, &values))
             }
         };
 
@@ -191,24 +195,30 @@ impl Engine<'_> {
         let in_condition = matches!(rule.as_str(), "hot-call" | "c-call")
             && self.user.resolve(&frame.file).is_some_and(|p| self.source.bound_recomputed_every_pass(&p, frame.line));
         if in_condition {
-            kind = Kind::HotLoopCompute;
-            rule = "call-in-loop-condition".to_owned();
-            why = format!("the loop's condition on this line makes the call again on every pass; {why}");
-            fix = "compute it once before the loop (or update it inside the loop when what it depends on changes) instead of calling it in the condition".to_owned();
+            let id = "call-in-loop-condition";
+            kind = b.kind(id);
+            rule = id.to_owned();
+            why = b.why(id, &[("why", why)]);
+            fix = b.fix(id, &[]);
         }
         // Waits issued one at a time are fixed at the loop; waits that already overlap are not.
-        if kind == "serial-io" {
+        if kind == Kind::SerialIo {
             if let Some((mean, peak)) = self.in_flight(l) {
+                let values = [
+                    ("mean", format!("{mean:.1}")),
+                    ("window_ms", (IN_FLIGHT_WINDOW_US / 1000).to_string()),
+                    ("peak", format!("{peak:.1}")),
+                ];
                 if mean >= OVERLAPPING_WAITS {
-                    kind = Kind::BlockingWait;
+                    let id = "concurrent-waits";
+                    kind = b.kind(id);
                     rule = format!("{rule}-concurrent");
-                    why = format!("{:.1} waits are in flight at once here (mean over {} ms windows, at most {:.1}): they already overlap, so the time is the replies' own latency", mean, IN_FLIGHT_WINDOW_US / 1000, peak);
-                    fix = "the waits already overlap: make each shorter (a closer or faster service, smaller replies, a cache) or issue fewer of them".to_owned();
+                    why = b.why(id, &values);
+                    fix = b.fix(id, &values);
                 } else {
-                    why = format!(
-                        "{why}; one wait in flight at a time (mean {mean:.1} over {} ms windows, at most {peak:.1})",
-                        IN_FLIGHT_WINDOW_US / 1000
-                    );
+                    let mut values = values.to_vec();
+                    values.push(("why", why));
+                    why = b.why("serial-waits", &values);
                     evidence.push(Evidence {
                         frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"),
                         file: String::new(),
@@ -219,7 +229,7 @@ impl Engine<'_> {
             }
         }
         // A query on a connection opened a few lines above is that connection's set-up too.
-        if kind == "hot-call" || kind == "n-plus-one-query" {
+        if kind == Kind::HotCall || kind == Kind::NPlusOneQuery {
             if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
                 let spec = &self.kb.entries[e as usize].spec;
                 evidence.insert(
@@ -231,10 +241,7 @@ impl Engine<'_> {
                         share: line_share,
                     },
                 );
-                why = format!(
-                    "{}; the set-up is finished lazily, so its cost shows at the first use on line {}",
-                    spec.why, frame.line
-                );
+                why = b.why("lazy-setup", &[("why", spec.why.clone()), ("line", frame.line.to_string())]);
                 (kind, rule, fix) = (spec.kind, spec.id.clone(), spec.fix_for(frame.kind).to_owned());
                 line = made_at;
                 code = Some(made_code);
@@ -243,13 +250,13 @@ impl Engine<'_> {
         let enclosing = loop_here.or(loop_in_caller);
         // Waits no loop of the user's repeats (a handler's one call to its backend) have
         // nothing to overlap with: the reply's own latency is the cost.
-        if kind == "serial-io" && enclosing.is_none() {
-            kind = Kind::BlockingWait;
+        if kind == Kind::SerialIo && enclosing.is_none() {
+            kind = b.kind("single-wait");
             rule = format!("{rule}-single");
-            why = "the thread waits here for one reply at a time, and no loop in your code repeats the call, so there is nothing to overlap it with: the time is the reply's own latency".to_owned();
-            fix = "make the reply faster (a closer or faster service, a kept-alive connection, smaller replies, a cache of answers that repeat), or start the request earlier, alongside other work".to_owned();
+            why = b.why("single-wait", &[]);
+            fix = b.fix("single-wait", &[]);
         }
-        if kind == "serial-io" {
+        if kind == Kind::SerialIo {
             if let Some((owner, loop_line)) = enclosing {
                 let owner = profile.frame(owner).clone();
                 evidence.insert(
@@ -271,8 +278,8 @@ impl Engine<'_> {
             }
         }
         let enclosing_loop = enclosing.map(|(owner, l)| format!("{}:{}", short(&profile.frame(owner).file), l));
-        let advice = match (&enclosing_loop, kind.as_str()) {
-            (Some(at), k) if k != "serial-io" => format!("{fix} (the loop is at {at})"),
+        let advice = match (&enclosing_loop, kind) {
+            (Some(at), k) if k != Kind::SerialIo => format!("{fix} (the loop is at {at})"),
             _ => fix,
         };
         let explained_share = best.map(|(_, w)| share(w)).unwrap_or(line_share);
@@ -301,9 +308,15 @@ impl Engine<'_> {
         };
         let max_speedup = match (amdahl, cpu_cap) {
             (Some(a), Some((cap, cpus, cpu_seconds))) if cap < a => {
-                why = format!(
-                    "{why}; the work that stays needs {cpu_seconds:.1} CPU-seconds of this {:.1} s stretch on the machine's {cpus} CPUs, so removing this cost can gain {cap:.1}x at most",
-                    stretch.seconds
+                why = b.why(
+                    "cpu-cap",
+                    &[
+                        ("why", why),
+                        ("cpu_seconds", format!("{cpu_seconds:.1}")),
+                        ("stretch_seconds", format!("{:.1}", stretch.seconds)),
+                        ("cpus", cpus.to_string()),
+                        ("cap", format!("{cap:.1}")),
+                    ],
                 );
                 Some(cap.max(1.0))
             }

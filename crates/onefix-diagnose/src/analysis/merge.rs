@@ -65,7 +65,7 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
                 && a.function == b.function
                 && a.rule == b.rule
                 && a.line != b.line
-                && b.kind != "serial-io"
+                && b.kind != Kind::SerialIo
                 && is_entry(&a.rule)
         });
         let Some(k) = same else {

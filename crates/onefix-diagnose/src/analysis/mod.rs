@@ -12,7 +12,7 @@ use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId, ThreadId,
 use crate::kb::{KnowledgeBase, Role, When};
 use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
 use crate::origin::{Origin, UserCode};
-use crate::{Diagnosis, Evidence, Finding, HotLine};
+use crate::{Diagnosis, Evidence, Finding, HotLine, Kind};
 
 mod bound;
 mod charge;
@@ -473,7 +473,7 @@ impl Engine<'_> {
             }
             let stretch = busy_between(self.lines[l].first_us, self.lines[l].last_us);
             let mut finding = self.explain(l, recurrence, &stretch, &share, opts);
-            if finding.kind == "lock-contention" {
+            if finding.kind == Kind::LockContention {
                 // Said with what the holder does meanwhile: that is the work to move out.
                 if let Some((held_line, w)) = self.held_work(l, mode) {
                     let f = profile.frame(self.lines[held_line].frame).clone();
