@@ -16,6 +16,7 @@ pub mod request;
 pub mod stats;
 pub mod summary;
 pub mod template;
+mod timer;
 
 pub use engine::{check_reachable, run, target_addr, wait_until_listening, LoadConfig, Progress};
 pub use request::RequestSpec;
