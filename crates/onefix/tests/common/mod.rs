@@ -3,7 +3,9 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
+
+use serde_json::Value;
 
 pub fn onefix() -> Command {
     Command::new(env!("CARGO_BIN_EXE_onefix"))
@@ -71,4 +73,34 @@ pub fn assert_follows_findings_schema(report: &serde_json::Value) {
     let validator = jsonschema::validator_for(&schema).unwrap();
     let errors: Vec<String> = validator.iter_errors(report).map(|e| format!("{e} at {}", e.instance_path())).collect();
     assert!(errors.is_empty(), "{}\n{report:#}", errors.join("\n"));
+}
+
+/// Records `python3 program` from the scratch directory; see [`record_command`].
+pub fn record(scratch: &Scratch, extra: &[&str], program: &Path) -> (Value, Output) {
+    record_command(scratch, extra, &[Path::new("python3"), program])
+}
+
+/// Records a command into the scratch directory's `rec.onefix` and returns its JSON report.
+pub fn record_command(scratch: &Scratch, extra: &[&str], command: &[&Path]) -> (Value, Output) {
+    let json = scratch.path("report.json");
+    let out = onefix()
+        .current_dir(&scratch.0)
+        .args(["record", "--quiet", "-o"])
+        .arg(scratch.path("rec.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .args(extra)
+        .arg("--")
+        .args(command)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    (report, out)
+}
+
+pub fn first_finding(report: &Value) -> &Value {
+    let f = &report["findings"][0];
+    assert!(!f.is_null(), "no finding in {report:#}");
+    f
 }
