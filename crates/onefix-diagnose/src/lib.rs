@@ -8,6 +8,7 @@
 mod analysis;
 mod builtin;
 mod finding;
+pub mod frontier;
 pub mod kb;
 pub mod kind;
 pub mod memory;

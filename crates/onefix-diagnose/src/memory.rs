@@ -138,14 +138,14 @@ struct LineAcc {
     /// Retained bytes under each frame beneath the line, by qualified name.
     beneath: HashMap<String, (i64, String, u32)>,
     /// Retained bytes by the user frames that called the line (nearest first, up to
-    /// [`CALLERS_SEARCHED`]): where a value returned from a helper may be stored.
+    /// [`crate::frontier::CALLERS_KEPT`]): where a value returned from a helper may be stored.
     callers: HashMap<Vec<FrameId>, i64>,
     /// Bytes allocated per time window (at any time): in how much of the run the line allocates.
     allocating: Vec<u64>,
 }
 
 /// How many user callers up a value returned from the allocating function is looked for.
-const CALLERS_SEARCHED: usize = 3;
+use crate::frontier::Frontier;
 
 /// Diagnoses a memory profile (weights in bytes, frees flagged; see onefix_model::memory).
 pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions) -> Diagnosis {
@@ -166,7 +166,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         if at_peak {
             total_retained += signed;
         }
-        let Some(Frontier { frame, beneath, callers }) = f else {
+        let Some(Frontier { frame, beneath, callers, .. }) = f else {
             if at_peak {
                 outside += signed;
             }
@@ -421,28 +421,9 @@ fn allocating_line_finding(
     }
 }
 
-#[derive(Clone)]
-struct Frontier {
-    /// The deepest user frame.
-    frame: FrameId,
-    /// The frames beneath it, leaf first.
-    beneath: Vec<FrameId>,
-    /// The user frames above it, nearest first, up to [`CALLERS_SEARCHED`].
-    callers: Vec<FrameId>,
-}
-
 fn frontier_of(profile: &Profile, user: &UserCode, stack: Option<StackId>) -> Option<Frontier> {
-    let mut beneath = Vec::new();
-    let mut frames = profile.stack_frames_leaf_first(stack);
-    for f in frames.by_ref() {
-        if user.origin(profile.frame(f)) == Origin::User {
-            let callers =
-                frames.filter(|&c| user.origin(profile.frame(c)) == Origin::User).take(CALLERS_SEARCHED).collect();
-            return Some(Frontier { frame: f, beneath, callers });
-        }
-        beneath.push(f);
-    }
-    None
+    let leaf_first: Vec<FrameId> = profile.stack_frames_leaf_first(stack).collect();
+    Frontier::of(&leaf_first, |f| user.origin(profile.frame(f)) == Origin::User)
 }
 
 /// The line that stores what a helper allocated and returned: through the user callers that

@@ -11,6 +11,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use onefix_collect::{Sampler, Tick};
+use onefix_diagnose::frontier::Frontier;
 use onefix_diagnose::{Origin, UserCode};
 use onefix_model::{FrameId, Mode, Profile, StackId};
 
@@ -70,7 +71,8 @@ impl Progress {
             self.recent_total += f64::from(added);
             let user = &self.user;
             let line = *self.frontier.entry(sample.stack).or_insert_with(|| {
-                profile.stack_frames_leaf_first(sample.stack).find(|&f| user.origin(profile.frame(f)) == Origin::User)
+                let leaf_first: Vec<FrameId> = profile.stack_frames_leaf_first(sample.stack).collect();
+                Frontier::of(&leaf_first, |f| user.origin(profile.frame(f)) == Origin::User).map(|s| s.frame)
             });
             if let Some(frame) = line {
                 *self.recent.entry(frame).or_default() += f64::from(added);

@@ -34,14 +34,12 @@ impl Engine<'_> {
             return Some(i as usize);
         }
         let leaf_first: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(id)).collect();
-        let frontier_at = leaf_first.iter().position(|&f| self.frame(f).origin == Origin::User);
-        let frontier = frontier_at.map(|i| leaf_first[i]);
-        let beneath: Vec<FrameId> = leaf_first[..frontier_at.unwrap_or(leaf_first.len())].to_vec();
-        let callers: Vec<FrameId> = match frontier_at {
-            Some(i) => {
-                leaf_first[i + 1..].iter().copied().filter(|&f| self.frame(f).origin == Origin::User).take(3).collect()
-            }
-            None => Vec::new(),
+        let split = crate::frontier::Frontier::of(&leaf_first, |f| self.frame(f).origin == Origin::User);
+        let frontier_at = split.as_ref().map(|s| s.depth);
+        let frontier = split.as_ref().map(|s| s.frame);
+        let (beneath, callers) = match split {
+            Some(s) => (s.beneath, s.callers),
+            None => (leaf_first.clone(), Vec::new()),
         };
         let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
         // The parking entry, and where in the stack (leaf first) the frame that matched it is.
