@@ -105,7 +105,7 @@ pub struct Diagnosis {
     pub findings: Vec<Finding>,
     pub hot_lines: Vec<HotLine>,
     /// Remarks worth a line in the report (e.g. "3 threads idle for want of work: 61% of wall time").
-    pub notes: Vec<String>,
+    pub notes: Vec<crate::Note>,
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ pub mod kb;
 pub mod kind;
 pub mod memory;
 pub mod names;
+pub mod note;
 pub mod origin;
 mod template;
 
@@ -21,4 +22,5 @@ pub use finding::{Diagnosis, Evidence, Finding, HotLine};
 pub use kb::KnowledgeBase;
 pub use kind::Kind;
 pub use memory::{diagnose_memory, MemoryOptions};
+pub use note::Note;
 pub use origin::{Origin, UserCode};

@@ -345,16 +345,16 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         .collect();
     let mut notes = Vec::new();
     if total_retained > 0 && outside > 0 {
-        notes.push(format!(
+        notes.push(crate::Note::Said(format!(
             "{} of the sampled heap at its peak was allocated outside your code (start-up, libraries, the runtime)",
             percent(outside as f64 / total_retained as f64)
-        ));
+        )));
     }
-    notes.push(format!(
+    notes.push(crate::Note::Said(format!(
         "{} allocated during the recording; {} sampled bytes live at the heap's peak",
         bytes(total_allocated),
         bytes(total_retained)
-    ));
+    )));
     Diagnosis {
         share_of: "sampled heap at its peak (retained bytes)".into(),
         total_weight: total_retained,

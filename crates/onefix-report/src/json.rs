@@ -53,7 +53,7 @@ pub(crate) struct Report<'a> {
     idle_share: f64,
     outside_user_share: f64,
     hot_lines: Vec<HotLineJson<'a>>,
-    notes: &'a [String],
+    notes: &'a [onefix_diagnose::Note],
     exit: Option<ExitJson>,
     complete: bool,
     sampling: SamplingJson,

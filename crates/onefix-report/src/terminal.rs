@@ -74,7 +74,7 @@ impl Summary<'_> {
             .diagnosis
             .notes
             .iter()
-            .flat_map(|note| wrap(note, "note: ", "      "))
+            .flat_map(|note| wrap(&note.to_string(), "note: ", "      "))
             .chain(self.sampling_doubts())
             .collect();
         if !notes.is_empty() {

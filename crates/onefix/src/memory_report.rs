@@ -6,7 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use onefix_diagnose::{diagnose_memory, Diagnosis, MemoryOptions as DiagnoseOptions};
+use onefix_diagnose::{diagnose_memory, Diagnosis, MemoryOptions as DiagnoseOptions, Note};
 use onefix_model::{MemoryInfo, MemoryView, Mode, Profile};
 use onefix_report::{write_json, JsonOptions};
 
@@ -68,6 +68,8 @@ pub fn report(
 }
 
 fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
+    let mut leading: Vec<String> = Vec::new();
+    let mut said: Vec<String> = Vec::new();
     if let Some(peak) = info.peak_rss_bytes {
         let (first, last) = (info.rss.first(), info.rss.last());
         let over = match (first, last) {
@@ -79,14 +81,14 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
             ),
             _ => String::new(),
         };
-        d.notes.insert(0, format!("peak RSS of the target: {}{over}", mb(peak)));
+        leading.push(format!("peak RSS of the target: {}{over}", mb(peak)));
     }
     match (info.python_frames, info.python_malloc.as_deref()) {
-        (true, Some("malloc")) if info.python_malloc_by_onefix => d.notes.push(
+        (true, Some("malloc")) if info.python_malloc_by_onefix => said.push(
             "Python objects were tracked through PYTHONMALLOC=malloc, set by onefix (pymalloc's arenas hide small objects from the allocator; this costs the target about a third more CPU)"
                 .into(),
         ),
-        (true, Some(v)) if !v.starts_with("malloc") => d.notes.push(format!(
+        (true, Some(v)) if !v.starts_with("malloc") => said.push(format!(
             "PYTHONMALLOC={v} was kept as you set it: objects of 512 bytes or less come from pymalloc's 1 MiB arenas, which are sampled as mmaps and charged to the line that needed a new arena; unset PYTHONMALLOC to see every object"
         )),
         _ => {}
@@ -94,18 +96,20 @@ fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {
     if !info.exited_children.is_empty() {
         let n = info.exited_children.len();
         let largest = info.children_peak_bytes.iter().max().copied().unwrap_or(0);
-        d.notes.push(format!(
+        said.push(format!(
             "{n} child process{} exited during the recording: each one's heap was its own and ended with it, so it is not counted above (the largest child heap peaked at {} sampled)",
             if n == 1 { "" } else { "es" },
             mb(largest)
         ));
     }
     if info.untracked > 0 {
-        d.notes.push(format!(
+        said.push(format!(
             "{} sampled allocations could not be followed to their free: retained bytes are overestimated",
             info.untracked
         ));
     }
+    d.notes.splice(0..0, leading.into_iter().map(Note::Said));
+    d.notes.extend(said.into_iter().map(Note::Said));
 }
 
 use onefix_model::fmt::bytes as mb;

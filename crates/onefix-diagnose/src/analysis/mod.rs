@@ -12,7 +12,7 @@ use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId, ThreadId,
 use crate::kb::{KnowledgeBase, Role, When};
 use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
 use crate::origin::{Origin, UserCode};
-use crate::{Diagnosis, Evidence, Finding, HotLine, Kind};
+use crate::{Diagnosis, Evidence, Finding, HotLine, Kind, Note};
 
 mod bound;
 mod charge;
@@ -422,23 +422,19 @@ impl Engine<'_> {
         let ticks = profile.meta.stats.ticks;
         let mostly_waiting = mode == Mode::Cpu && ticks > 0 && (busy_weight as f64) < MIN_CPU_USE * ticks as f64;
         if mostly_waiting {
-            notes.push(format!(
-                "the program was on a CPU in only {:.0}% of the samples: its time goes to waiting, so record in wall mode to see where",
-                busy_weight as f64 * 100.0 / ticks as f64
-            ));
+            notes.push(Note::MostlyWaiting { cpu_percent: busy_weight as f64 * 100.0 / ticks as f64 });
         }
         let too_few = matches!(profile.meta.weight_unit, WeightUnit::Samples { .. })
             && busy_weight < MIN_BUSY_SAMPLES
             && !mostly_waiting;
         if too_few {
-            let idle = if total_weight > 0 {
-                format!(", idle {:.1}% of the time", idle_weight as f64 * 100.0 / total_weight as f64)
-            } else {
-                String::new()
-            };
-            notes.push(format!(
-                "too few busy samples ({busy_weight} of {total_weight}{idle}) to name a line: at least {MIN_BUSY_SAMPLES} are needed; drive it with --load, or record longer or at a higher --rate"
-            ));
+            let idle_percent = (total_weight > 0).then(|| idle_weight as f64 * 100.0 / total_weight as f64);
+            notes.push(Note::TooFewSamples {
+                busy: busy_weight,
+                total: total_weight,
+                idle_percent,
+                needed: MIN_BUSY_SAMPLES,
+            });
         }
         for &l in order.iter().filter(|_| !mostly_waiting && !too_few) {
             if findings.len() >= opts.max_findings || share(self.lines[l].weight) < opts.min_share {
@@ -453,22 +449,18 @@ impl Engine<'_> {
             };
             let frame = profile.frame(self.lines[l].frame).clone();
             if self.lines[l].importing * 2 > self.lines[l].weight {
-                notes.push(format!(
-                    "{}:{} took {:.0}% while its module was being imported (start-up, once per process), so it is not a finding",
-                    short(&frame.file),
-                    frame.line,
-                    share(self.lines[l].weight) * 100.0
-                ));
+                notes.push(Note::Importing {
+                    at: format!("{}:{}", short(&frame.file), frame.line),
+                    percent: share(self.lines[l].weight) * 100.0,
+                });
                 continue;
             }
             if active_window_count >= 4 && recurrence < opts.min_recurrence {
-                notes.push(format!(
-                    "{}:{} took {:.0}% but only in {:.0}% of the time windows (start-up or a one-off), so it is not a finding",
-                    short(&frame.file),
-                    frame.line,
-                    share(self.lines[l].weight) * 100.0,
-                    recurrence * 100.0
-                ));
+                notes.push(Note::OneOff {
+                    at: format!("{}:{}", short(&frame.file), frame.line),
+                    percent: share(self.lines[l].weight) * 100.0,
+                    recurrence_percent: recurrence * 100.0,
+                });
                 continue;
             }
             let stretch = busy_between(self.lines[l].first_us, self.lines[l].last_us);
@@ -523,10 +515,7 @@ impl Engine<'_> {
             Mode::Cpu => "CPU time",
         };
         if idle_weight > 0 && idle_weight * 100 >= total_weight {
-            notes.insert(0, format!(
-                "threads idle for want of work (waiting on a queue, for connections, for other threads, or sleeping beside threads that work): {:.0}% of the sampled time, not counted as cost",
-                idle_weight as f64 * 100.0 / total_weight as f64
-            ));
+            notes.insert(0, Note::Idle { percent: idle_weight as f64 * 100.0 / total_weight as f64 });
         }
         // A program idle nearly all the time may be stalled on the wait itself (a poll for an
         // answer that comes late): say where its threads wait, without calling it a cost.
@@ -544,56 +533,34 @@ impl Engine<'_> {
                 })
                 .collect();
             if !named.is_empty() {
-                notes.push(format!(
-                    "the threads waited for work or for each other {:.0}% of the time, mostly at {}: if the program should have been busy, that is where it stalls",
-                    idle_weight as f64 * 100.0 / total_weight as f64,
-                    named.join(" and ")
-                ));
+                notes.push(Note::StalledAt {
+                    percent: idle_weight as f64 * 100.0 / total_weight as f64,
+                    places: named.join(" and "),
+                });
             }
         }
         if incomplete > 0 && total_weight > 0 && incomplete * 100 >= total_weight {
-            notes.push(format!(
-                "{:.0}% of the samples had an incomplete stack (read while the target changed it) and were left out",
-                incomplete as f64 * 100.0 / total_weight as f64
-            ));
+            notes.push(Note::IncompleteStacks { percent: incomplete as f64 * 100.0 / total_weight as f64 });
         }
         if recovered > 0 && total_weight > 0 && recovered * 100 >= total_weight {
-            notes.push(format!(
-                "{:.0}% of the samples were read torn and charged to the one line that complete reads with the same innermost frame were charged to",
-                recovered as f64 * 100.0 / total_weight as f64
-            ));
+            notes.push(Note::RecoveredTorn { percent: recovered as f64 * 100.0 / total_weight as f64 });
         }
         if bracketed > 0 && total_weight > 0 && bracketed * 100 >= total_weight {
-            notes.push(format!(
-                "{:.0}% of the samples were read empty or torn and charged to the line their thread was read in just before and after",
-                bracketed as f64 * 100.0 / total_weight as f64
-            ));
+            notes.push(Note::Bracketed { percent: bracketed as f64 * 100.0 / total_weight as f64 });
         }
         if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
-            notes.push(format!(
-                "{:.0}% of the busy threads' time was spent waiting in an event loop or on other threads, charged to no line",
-                share(parked_in_busy) * 100.0
-            ));
+            notes.push(Note::ParkedInBusy { percent: share(parked_in_busy) * 100.0 });
         }
         let elsewhere = outside_user - cut_short;
         if elsewhere > 0 && share(elsewhere) >= 0.01 {
-            notes.push(format!(
-                "{:.0}% of the busy threads' time ran outside your code (start-up, imports, the interpreter or runtime)",
-                share(elsewhere) * 100.0
-            ));
+            notes.push(Note::OutsideUser { percent: share(elsewhere) * 100.0 });
         }
         if cut_short > 0 && share(cut_short) >= 0.01 {
-            notes.push(format!(
-                "{:.0}% of the busy threads' time is in native stacks cut short before they reached your code (a frame larger than the stack bytes copied per sample, see --stack-bytes, or code without unwind information), so it is charged to no line",
-                share(cut_short) * 100.0
-            ));
+            notes.push(Note::CutShort { percent: share(cut_short) * 100.0 });
         }
         if self.lines.iter().all(|l| l.weight == 0) && busy_weight > 0 {
             let dirs: Vec<String> = self.user.dirs().iter().map(|d| d.display().to_string()).collect();
-            notes.push(format!(
-                "no sample ran in your code (taken to be under {}); pass --user-code DIR to say where it is",
-                dirs.join(", ")
-            ));
+            notes.push(Note::NoUserCode { dirs: dirs.join(", ") });
         }
 
         Diagnosis {

@@ -195,7 +195,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ));
     }
     let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
-    diagnosis.notes.extend(asyncio_notes);
+    diagnosis.notes.extend(asyncio_notes.into_iter().map(onefix_diagnose::Note::Said));
     let rerender = match &saved_at {
         Ok(Some(p))
             if recording.dest.as_ref().is_some_and(|d| !matches!(d.dest, crate::output::Dest::Stream { .. })) =>
