@@ -54,8 +54,14 @@ impl Engine<'_> {
 
 /// Folds findings of one knowledge-base entry in one function into one, at its first line: one
 /// piece of work spread over lines (a file opened on one line and closed on another, two
-/// patterns compiled one after the other) is one thing to change. Findings of the built-in
-/// rules (a hot call, self time, a wait) name different work at each line, and stay apart.
+/// patterns compiled one after the other) is one thing to change. A line with far less of the
+/// work than the other (under [`MINOR_LINE`] of it: reads torn across two lines of a loop, as a
+/// busy machine makes them) is folded into the heavier one instead, where the work is. Findings
+/// of the built-in rules (a hot call, self time, a wait) name different work at each line, and
+/// stay apart.
+/// Below this fraction of the other line's share, a line's part of the work is minor.
+const MINOR_LINE: f64 = 0.25;
+
 pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl Fn(&str) -> bool) {
     let mut i = 0;
     while i < findings.len() {
@@ -75,6 +81,7 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
         let other = findings.remove(i);
         let kept = findings[k].clone();
         let (first, second) = if other.line < kept.line { (other, kept) } else { (kept, other) };
+        let (first, second) = if first.share < MINOR_LINE * second.share { (second, first) } else { (first, second) };
         findings[k] = Finding {
             share: first.share + second.share,
             max_speedup: combine(first.max_speedup, second.max_speedup, 1.0),

@@ -123,6 +123,32 @@ fn one_entry_at_several_lines_of_a_function_is_one_finding_at_its_first_line() {
 }
 
 #[test]
+fn a_stray_line_of_the_same_work_is_folded_into_the_line_that_does_it() {
+    // 90% of the config parsing at line 3, and 5% read torn at the line above it (a busy
+    // machine tears reads across the lines of a loop): the finding stays at line 3.
+    let (dir, app) =
+        write_app("stray-line", "def get(path):\n    with open(path) as f:\n        return yaml.safe_load(f)\n");
+    let yaml = format!("{SITE}/yaml/__init__.py");
+    let mut b = Builder::new();
+    for ms in 0..100u64 {
+        let line = match ms % 20 {
+            0 => 2,
+            1 => 1,
+            _ => 3,
+        };
+        let stack: Vec<(&str, &str, u32)> =
+            if line == 1 { vec![("get", &app, 1)] } else { vec![("get", &app, line), ("safe_load", &yaml, 125)] };
+        b.add(1, ms * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.rule.as_str(), f.line), ("config-parse", 3), "{:?}", d.findings);
+    assert!((f.share - 0.95).abs() < 1e-9, "{}", f.share);
+    assert!(f.why.contains("at line 2 (5%)"), "{}", f.why);
+}
+
+#[test]
 fn evidence_counts_a_function_at_all_of_its_lines() {
     let strptime = format!("{LIB}/_strptime.py");
     let mut b = Builder::new();
