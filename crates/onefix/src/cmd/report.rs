@@ -23,7 +23,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
             loaded.profile.sample_count()
         ));
     }
-    let profile = loaded.profile;
+    let mut profile = loaded.profile;
     if profile.meta.weight_unit == onefix_model::WeightUnit::Bytes {
         let info = profile.memory_info().or_else(|| crate::memory_report::read_info(path));
         crate::memory_report::report(
@@ -37,6 +37,9 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);
+    // The header and the JSON's `mode` say how the samples are weighed in this report, which
+    // `--mode` may change from how they were recorded.
+    profile.meta.mode = mode;
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, planned, loaded.complete)?;
     Ok(ExitCode::SUCCESS)
