@@ -34,5 +34,5 @@ pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
 pub use json::{write_json, JsonOptions};
 pub use pprof::write_pprof;
 pub use speedscope::write_speedscope;
-pub use terminal::{write_terminal, TerminalOptions};
+pub use terminal::{write_terminal, TerminalOptions, DEFAULT_WIDTH};
 pub use top::{write_top, TopStatus};

@@ -9,11 +9,11 @@ use onefix_model::{Mode, Profile, WeightUnit};
 
 use crate::describe::{self, display_path, percent, percent_tenths, thousands};
 
-/// Lines are wrapped to this many columns: wide enough for a source line beside its location,
-/// narrow enough for a split terminal.
-const WIDTH: usize = 100;
-/// Column at which a finding's share is right-aligned.
-const FINDING_SHARE_END: usize = 80;
+/// Lines are wrapped to this many columns when the terminal's width is not known: wide enough
+/// for a source line beside its location, narrow enough for a split terminal.
+pub const DEFAULT_WIDTH: usize = 100;
+/// A finding's share is right-aligned this many columns before the width.
+const FINDING_SHARE_MARGIN: usize = 20;
 /// Indentation of the lines under a finding's headline.
 const INDENT: &str = "    ";
 /// How many evidence frames a finding names.
@@ -27,11 +27,13 @@ pub struct TerminalOptions {
     pub complete: bool,
     pub max_findings: usize,
     pub max_hot_lines: usize,
+    /// Columns to fit: the terminal's width (see [`DEFAULT_WIDTH`]).
+    pub width: usize,
 }
 
 impl Default for TerminalOptions {
     fn default() -> TerminalOptions {
-        TerminalOptions { color: false, complete: true, max_findings: 3, max_hot_lines: 10 }
+        TerminalOptions { color: false, complete: true, max_findings: 3, max_hot_lines: 10, width: DEFAULT_WIDTH }
     }
 }
 
@@ -74,7 +76,7 @@ impl Summary<'_> {
             .diagnosis
             .notes
             .iter()
-            .flat_map(|note| wrap(&note.to_string(), "note: ", "      "))
+            .flat_map(|note| wrap(&note.to_string(), "note: ", "      ", self.opts.width))
             .chain(self.sampling_doubts())
             .collect();
         if !notes.is_empty() {
@@ -119,7 +121,7 @@ impl Summary<'_> {
             context.push(format!("{} of {} was threads idle for want of work", percent(idle), self.time_name()));
         }
         if !context.is_empty() {
-            lines.extend(wrap(&context.join("; "), "", ""));
+            lines.extend(wrap(&context.join("; "), "", "", self.opts.width));
         }
         if !self.opts.complete {
             lines.push(self.style.yellow(
@@ -149,6 +151,7 @@ impl Summary<'_> {
                 ),
                 "",
                 "",
+                self.opts.width,
             );
             lines.push(String::new());
             return lines;
@@ -172,17 +175,28 @@ impl Summary<'_> {
         let location = one_line(&format!("{}:{}", display_path(&f.file, self.cwd), f.line));
         let share = percent(f.share);
         let lead = format!("{rank:<3} {location}  ");
-        let room = FINDING_SHARE_END.saturating_sub(lead.chars().count() + share.chars().count() + 2);
+        let room = (self.opts.width.saturating_sub(FINDING_SHARE_MARGIN))
+            .saturating_sub(lead.chars().count() + share.chars().count() + 2);
         let what = truncate_end(&source_or_function(f.code.as_deref(), &f.function), room);
         let pad = room.saturating_sub(what.chars().count()) + 2;
         let mut lines =
             vec![format!("{}{}{}{}", self.style.bold(&lead), what, " ".repeat(pad), self.style.red(&share))];
 
-        lines.extend(wrap(&f.why, &format!("{INDENT}{}: ", self.style.yellow(f.kind.as_str())), INDENT));
+        // A statement too long for the headline is shown whole beneath it.
+        let whole = source_or_function(f.code.as_deref(), &f.function);
+        if what.chars().count() < whole.chars().count() {
+            lines.extend(wrap(&whole, &format!("{INDENT}line: "), &format!("{INDENT}      "), self.opts.width));
+        }
+        lines.extend(wrap(
+            &f.why,
+            &format!("{INDENT}{}: ", self.style.yellow(f.kind.as_str())),
+            INDENT,
+            self.opts.width,
+        ));
         if !f.evidence.is_empty() {
             let under: Vec<String> =
                 f.evidence.iter().take(EVIDENCE_SHOWN).map(|e| format!("{} {}", e.frame, percent(e.share))).collect();
-            lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT));
+            lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT, self.opts.width));
         }
         let mut seen =
             format!("{INDENT}seen in {} of time windows: {}", percent(f.recurrence), recurrence_reading(f.recurrence));
@@ -190,7 +204,7 @@ impl Summary<'_> {
             seen = format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing));
         }
         lines.push(seen);
-        lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT));
+        lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT, self.opts.width));
         if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
             let gain = if self.time_profile() { "faster" } else { "less memory" };
             // Past 100x the figure rests on a handful of samples outside the line.
@@ -227,7 +241,7 @@ impl Summary<'_> {
         }
         let shown = &all[..all.len().min(self.opts.max_hot_lines)];
         let blocked_column = self.time_profile() && self.profile.meta.mode == Mode::Wall;
-        let table = HotLineTable::new(shown, self.cwd, blocked_column);
+        let table = HotLineTable::new(shown, self.cwd, blocked_column, self.opts.width);
         let mut lines = vec![self.style.dim(&table.header())];
         lines.extend(shown.iter().map(|h| table.row(h)));
         let hidden = all.len() - shown.len();
@@ -274,12 +288,12 @@ const LOCATION_MAX: usize = 40;
 const FUNCTION_MAX: usize = 24;
 
 impl<'a> HotLineTable<'a> {
-    fn new(rows: &[HotLine], cwd: Option<&'a str>, blocked_column: bool) -> HotLineTable<'a> {
+    fn new(rows: &[HotLine], cwd: Option<&'a str>, blocked_column: bool, columns: usize) -> HotLineTable<'a> {
         let location_width = rows.iter().map(|h| location(h, cwd).chars().count()).max().unwrap_or(0).min(LOCATION_MAX);
         let function_width =
             rows.iter().map(|h| one_line(&h.function).chars().count()).max().unwrap_or(0).min(FUNCTION_MAX);
         let numbers_width = if blocked_column { 25 } else { 16 };
-        let code_room = WIDTH.saturating_sub(2 + location_width + 2 + function_width + 2 + numbers_width);
+        let code_room = columns.saturating_sub(2 + location_width + 2 + function_width + 2 + numbers_width);
         let longest_code = rows.iter().map(|h| code(h).chars().count()).max().unwrap_or(0);
         let mut table = HotLineTable {
             cwd,
@@ -389,16 +403,16 @@ fn truncate_start(text: &str, max: usize) -> String {
     cut
 }
 
-/// Greedy word wrap to [`WIDTH`]; `first` starts the first line, `rest` the others. Prefixes
+/// Greedy word wrap to `columns`; `first` starts the first line, `rest` the others. Prefixes
 /// may hold colour codes, so their width is measured without them.
-fn wrap(text: &str, first: &str, rest: &str) -> Vec<String> {
+fn wrap(text: &str, first: &str, rest: &str, columns: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut line = first.to_owned();
     let mut width = visible_width(first);
     let mut empty = true;
     for word in text.split_whitespace() {
         let word_width = word.chars().count();
-        if !empty && width + 1 + word_width > WIDTH {
+        if !empty && width + 1 + word_width > columns {
             lines.push(std::mem::replace(&mut line, rest.to_owned()));
             width = visible_width(rest);
             empty = true;
@@ -467,18 +481,18 @@ mod tests {
     #[test]
     fn wrapping_keeps_words_whole_and_indents_continuations() {
         let text = "word ".repeat(40);
-        let lines = wrap(&text, "fix: ", "     ");
+        let lines = wrap(&text, "fix: ", "     ", DEFAULT_WIDTH);
         assert!(lines.len() > 1);
         assert!(lines[0].starts_with("fix: word"));
         assert!(lines[1].starts_with("     word"));
-        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH));
+        assert!(lines.iter().all(|l| l.chars().count() <= DEFAULT_WIDTH));
         assert_eq!(lines.iter().map(|l| l.split_whitespace().filter(|w| *w == "word").count()).sum::<usize>(), 40);
     }
 
     #[test]
     fn a_word_longer_than_the_width_gets_its_own_line() {
-        let long = "x".repeat(WIDTH + 5);
-        let lines = wrap(&format!("a {long} b"), "", "");
+        let long = "x".repeat(DEFAULT_WIDTH + 5);
+        let lines = wrap(&format!("a {long} b"), "", "", DEFAULT_WIDTH);
         assert_eq!(lines, vec!["a".to_owned(), long, "b".to_owned()]);
     }
 

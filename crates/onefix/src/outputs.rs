@@ -185,7 +185,8 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, planned: 
     } else {
         let stdout = io::stdout();
         let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
-        let opts = TerminalOptions { color, complete, ..TerminalOptions::default() };
+        let width = terminal_width().unwrap_or(onefix_report::DEFAULT_WIDTH);
+        let opts = TerminalOptions { color, complete, width, ..TerminalOptions::default() };
         write_terminal(stdout.lock(), profile, diagnosis, &opts).context("could not print the summary")?;
     }
     if failures.is_empty() {
@@ -193,6 +194,19 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, planned: 
     } else {
         anyhow::bail!("{}", failures.join("; "))
     }
+}
+
+/// The width of the terminal on stdout, within reason (80 to 220 columns); `None` when stdout is
+/// not a terminal, so that piped and saved summaries stay the same.
+fn terminal_width() -> Option<usize> {
+    if !io::stdout().is_terminal() {
+        return None;
+    }
+    // SAFETY: an all-zero winsize is valid, and TIOCGWINSZ fills it for a terminal.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: ioctl on stdout with a pointer to the local winsize.
+    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0).then(|| (size.ws_col as usize).clamp(80, 220))
 }
 
 /// Everything `record` writes, checked before the target starts.

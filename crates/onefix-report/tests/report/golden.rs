@@ -107,6 +107,33 @@ fn terminal_plain_has_no_escape_codes_and_colour_does() {
 }
 
 #[test]
+fn a_long_statement_is_shown_whole_and_a_wide_terminal_is_used() {
+    let profile = updater_profile();
+    let mut diagnosis = updater_diagnosis();
+    let long = "async with httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=5.0), http2=False) as client:";
+    diagnosis.findings[0].code = Some(long.to_owned());
+    let narrow = render(|w| write_terminal(w, &profile, &diagnosis, &TerminalOptions::default()));
+    let headline = narrow.lines().find(|l| l.starts_with("#1 ")).unwrap();
+    assert!(headline.contains('…') && !headline.contains("as client:"), "{headline}");
+    assert!(narrow.contains("    line: async with httpx.AsyncClient(timeout="), "{narrow}");
+    let statement: Vec<&str> = narrow
+        .lines()
+        .skip_while(|l| !l.starts_with("    line: "))
+        .take_while(|l| l.starts_with("    "))
+        .take(2)
+        .collect();
+    assert!(statement.iter().all(|l| l.chars().count() <= 100), "{statement:?}");
+    let joined = statement.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+    assert!(joined.ends_with("http2=False) as client:"), "the whole statement: {statement:?}");
+    let wide = render(|w| {
+        write_terminal(w, &profile, &diagnosis, &TerminalOptions { width: 180, ..TerminalOptions::default() })
+    });
+    let headline = wide.lines().find(|l| l.starts_with("#1 ")).unwrap();
+    assert!(headline.contains(long), "{headline}");
+    assert!(!wide.contains("    line: "), "{wide}");
+}
+
+#[test]
 fn terminal_summary_stays_short_and_shows_at_most_the_asked_findings() {
     let profile = updater_profile();
     let mut diagnosis = updater_diagnosis();
