@@ -7,6 +7,7 @@
 
 mod analysis;
 mod builtin;
+pub mod compare;
 mod finding;
 pub mod frontier;
 pub mod kb;

@@ -41,6 +41,13 @@ impl UserCode {
         UserCode { dirs: dirs.into_iter().map(|d| normalize(d.as_ref())).collect(), base: base.map(normalize) }
     }
 
+    /// The user code a recording says it has: the directories it was recorded with, relative
+    /// paths against the target's working directory.
+    pub fn of_recording(profile: &onefix_model::Profile) -> UserCode {
+        let base = profile.meta.target.cwd.as_deref().map(Path::new);
+        UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), base)
+    }
+
     pub fn dirs(&self) -> &[PathBuf] {
         &self.dirs
     }

@@ -9,6 +9,7 @@ pub mod fmt;
 pub mod memory;
 mod profile;
 pub mod recording;
+pub mod stats;
 mod tree;
 
 pub use memory::{MemoryInfo, MemoryView, RssPoint};

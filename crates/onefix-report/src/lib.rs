@@ -17,6 +17,7 @@
 //! The stack writers take a [`Mode`](onefix_model::Mode) deciding which samples count, so one
 //! wall-mode recording can also be drawn as CPU time.
 
+pub mod compare;
 mod describe;
 mod flamegraph;
 mod folded;

@@ -27,13 +27,13 @@ impl From<ModeArg> for Mode {
 /// The user's code: `--user-code` when given, else what the recording says, else the target's
 /// working directory and the directory of the script it runs.
 pub fn user_code(profile: &Profile, args: &OutputArgs) -> UserCode {
-    let base = profile.meta.target.cwd.as_deref().map(Path::new);
     if !args.user_code.is_empty() {
+        let base = profile.meta.target.cwd.as_deref().map(Path::new);
         let dirs: Vec<PathBuf> =
             args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())).collect();
         return UserCode::new(dirs, base);
     }
-    UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), base)
+    UserCode::of_recording(profile)
 }
 
 /// Default user-code directories for a target: its working directory and its script's.
@@ -87,7 +87,7 @@ pub fn default_native_user_dirs(cwd: Option<&str>, pid: u32) -> Vec<String> {
 }
 
 /// The built-in knowledge base, parsed once per process.
-fn knowledge_base() -> &'static KnowledgeBase {
+pub fn knowledge_base() -> &'static KnowledgeBase {
     static KB: std::sync::OnceLock<KnowledgeBase> = std::sync::OnceLock::new();
     KB.get_or_init(KnowledgeBase::builtin)
 }
@@ -99,18 +99,6 @@ pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagno
         knowledge_base(),
         &user,
         &Options { mode, cpus: profile.machine().map(|m| m.cpus), ..Options::default() },
-    )
-}
-
-/// The diagnosis with every user line in `hot_lines`, not only the hottest: for comparing
-/// recordings slice by slice.
-pub fn run_diagnosis_all_lines(profile: &Profile, mode: Mode) -> Diagnosis {
-    let user = user_code(profile, &OutputArgs::default());
-    diagnose(
-        profile,
-        knowledge_base(),
-        &user,
-        &Options { mode, max_hot_lines: usize::MAX, cpus: profile.machine().map(|m| m.cpus), ..Options::default() },
     )
 }
 

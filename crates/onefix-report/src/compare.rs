@@ -1,0 +1,102 @@
+//! The comparison of two recordings, as text: each line's cost in A and B and how it changed
+//! (time), or the bytes each line keeps live at the heap's peak (memory).
+
+use std::fmt::Write as _;
+
+use onefix_diagnose::compare::{HeapComparison, LineComparison};
+
+/// The lines of two time recordings: cost in A and B, the change, and where the line is.
+pub fn render_lines(c: &LineComparison, name_a: &str, name_b: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "the lines ({}; mean over {:.1} s windows, Welch's t-test):", c.unit, c.window_s);
+    let _ = writeln!(s, "  {:>10} {:>10}  {:<24} line", "A", "B", "change");
+    let _ = writeln!(s, "  {:>10} {:>10}  {:<24} ({name_a} → {name_b})", "", "", "");
+    for l in &c.lines {
+        let change = match l.change.as_str() {
+            "down" | "up" => {
+                let factor = if l.change == "down" { l.cost.speedup } else { 1.0 / l.cost.speedup };
+                let p = l.cost.test.as_ref().map(|t| {
+                    if t.p_value < 0.001 {
+                        "p<0.001".to_owned()
+                    } else {
+                        format!("p={:.3}", t.p_value)
+                    }
+                });
+                let factor = if factor.is_finite() { format!("{factor:.1}x") } else { "to 0".to_owned() };
+                format!("{} {factor} {}", l.change, p.unwrap_or_default())
+            }
+            other => other.to_owned(),
+        };
+        let place = match (&l.at_a, &l.at_b) {
+            (Some(x), Some(y)) if x == y => x.clone(),
+            (Some(x), Some(y)) => format!("{x} → {y}"),
+            (Some(x), None) | (None, Some(x)) => x.clone(),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  {:>10} {:>10}  {:<24} {place}  {}",
+            fmt_ms(l.cost.mean_a),
+            fmt_ms(l.cost.mean_b),
+            change,
+            l.line
+        );
+    }
+    s
+}
+
+fn fmt_ms(ms: f64) -> String {
+    if !ms.is_finite() {
+        "-".into()
+    } else if ms >= 100.0 {
+        format!("{ms:.0}")
+    } else if ms >= 1.0 {
+        format!("{ms:.1}")
+    } else {
+        format!("{ms:.3}")
+    }
+}
+
+/// Two memory recordings: peak RSS, the heap at its peak, and each line's bytes live then.
+pub fn render_heaps(c: &HeapComparison, name_a: &str, name_b: &str) -> String {
+    let mut out = String::new();
+    let mb = |b: Option<u64>| b.map_or("-".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6));
+    let ratio = |x: Option<u64>, y: Option<u64>| match (x, y) {
+        (Some(x), Some(y)) if y > 0 => format!("{:.1}x less in B", x as f64 / y as f64),
+        _ => String::new(),
+    };
+    let _ = writeln!(out, "memory:            A: {name_a:<24} B: {name_b}");
+    let _ = writeln!(
+        out,
+        "  peak RSS        {:<27} {:<14} {}",
+        mb(c.peak_rss_bytes[0]),
+        mb(c.peak_rss_bytes[1]),
+        ratio(c.peak_rss_bytes[0], c.peak_rss_bytes[1])
+    );
+    let _ = writeln!(
+        out,
+        "  heap at peak    {:<27} {:<14} {}",
+        mb(Some(c.retained_bytes[0])),
+        mb(Some(c.retained_bytes[1])),
+        ratio(Some(c.retained_bytes[0]), Some(c.retained_bytes[1]))
+    );
+    let _ = writeln!(
+        out,
+        "\nthe lines (MB live at the heap's peak, estimated from sampled allocations; one snapshot per run):"
+    );
+    for l in &c.lines {
+        let place = match (&l.at_a, &l.at_b) {
+            (Some(x), Some(y)) if x != y => format!("{x} → {y}"),
+            (Some(x), _) | (None, Some(x)) => x.clone(),
+            (None, None) => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "  {:>9} {:>9}  {place}  {}",
+            format!("{:.1}", l.retained_bytes[0] as f64 / 1e6),
+            format!("{:.1}", l.retained_bytes[1] as f64 / 1e6),
+            l.line
+        );
+    }
+    out
+}
