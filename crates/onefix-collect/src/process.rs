@@ -80,7 +80,7 @@ pub fn cmdline(pid: u32) -> Option<Vec<String>> {
 /// is named python/libpython.
 pub fn looks_like_python(pid: u32) -> bool {
     let exe_name = exe(pid);
-    let base = exe_name.rsplit('/').next().unwrap_or("");
+    let base = onefix_model::fmt::file_name(&exe_name);
     if base.starts_with("python") || base.starts_with("pypy") {
         return true;
     }

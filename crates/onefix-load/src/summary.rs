@@ -1,5 +1,6 @@
 //! What the terminal shows: a progress line a window, and the summary at the end.
 
+use onefix_model::fmt::bytes;
 use std::fmt::Write as _;
 
 use crate::engine::Progress;
@@ -25,19 +26,6 @@ pub fn fmt_rate(rps: f64) -> String {
         format!("{rps:.0}/s")
     } else {
         format!("{rps:.1}/s")
-    }
-}
-
-fn fmt_bytes(b: u64) -> String {
-    let b = b as f64;
-    if b >= 1e9 {
-        format!("{:.2} GB", b / 1e9)
-    } else if b >= 1e6 {
-        format!("{:.1} MB", b / 1e6)
-    } else if b >= 1e3 {
-        format!("{:.1} kB", b / 1e3)
-    } else {
-        format!("{b} B")
     }
 }
 
@@ -126,7 +114,7 @@ pub fn render(r: &LoadResult) -> String {
             let _ = writeln!(s, "  service     {}   (from the actual send)", percentiles(&r.service_time_ms));
         }
     }
-    let _ = writeln!(s, "  transfer    {} sent, {} received", fmt_bytes(r.bytes_sent), fmt_bytes(r.bytes_received));
+    let _ = writeln!(s, "  transfer    {} sent, {} received", bytes(r.bytes_sent), bytes(r.bytes_received));
     // A server that closes kept-alive connections makes every request pay a new connection.
     if r.keep_alive && r.connections_opened > r.connections {
         let _ = writeln!(

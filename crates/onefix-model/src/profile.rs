@@ -70,11 +70,11 @@ impl Frame {
             if self.module.is_empty() {
                 self.function.clone()
             } else {
-                let base = self.module.rsplit('/').next().unwrap_or(&self.module);
+                let base = crate::fmt::file_name(&self.module);
                 format!("{} ({})", self.function, base)
             }
         } else {
-            let base = self.file.rsplit('/').next().unwrap_or(&self.file);
+            let base = crate::fmt::file_name(&self.file);
             format!("{} ({}:{})", self.function, base, self.line)
         }
     }

@@ -60,7 +60,7 @@ fn fmt_ms(ms: f64) -> String {
 /// Two memory recordings: peak RSS, the heap at its peak, and each line's bytes live then.
 pub fn render_heaps(c: &HeapComparison, name_a: &str, name_b: &str) -> String {
     let mut out = String::new();
-    let mb = |b: Option<u64>| b.map_or("-".to_owned(), |b| format!("{:.1} MB", b as f64 / 1e6));
+    let mb = |b: Option<u64>| b.map_or("-".to_owned(), onefix_model::fmt::bytes);
     let ratio = |x: Option<u64>, y: Option<u64>| match (x, y) {
         (Some(x), Some(y)) if y > 0 => format!("{:.1}x less in B", x as f64 / y as f64),
         _ => String::new(),
