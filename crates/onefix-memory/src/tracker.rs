@@ -325,18 +325,18 @@ impl Collector {
         self.info.exited_children = exited;
     }
 
+    /// Records that a live sampled allocation was freed at `time_us`.
+    fn push_free(&mut self, l: &Live, time_us: u64) {
+        let state = ThreadState(ThreadState::FREED);
+        let sample = onefix_model::Sample { time_us, thread: l.thread, stack: l.stack, state, weight: l.weight };
+        self.profile.push_sample(sample);
+    }
+
     fn free_process(&mut self, pid: u32, time_us: u64) {
         let gone: Vec<(u32, u64)> = self.live.keys().filter(|k| k.0 == pid).copied().collect();
         for key in gone {
             if let Some(l) = self.live.remove(&key) {
-                let state = ThreadState(ThreadState::FREED);
-                self.profile.push_sample(onefix_model::Sample {
-                    time_us,
-                    thread: l.thread,
-                    stack: l.stack,
-                    state,
-                    weight: l.weight,
-                });
+                self.push_free(&l, time_us);
             }
         }
         if let Some(c) = self.children.get_mut(&pid) {
@@ -410,14 +410,7 @@ impl Collector {
                     if let Some(c) = self.children.get_mut(&e.pid) {
                         c.live_bytes = c.live_bytes.saturating_sub(l.weight as u64);
                     }
-                    let state = ThreadState(ThreadState::FREED);
-                    self.profile.push_sample(onefix_model::Sample {
-                        time_us,
-                        thread: l.thread,
-                        stack: l.stack,
-                        state,
-                        weight: l.weight,
-                    });
+                    self.push_free(&l, time_us);
                 }
             }
         }
