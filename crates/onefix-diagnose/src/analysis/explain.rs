@@ -182,101 +182,44 @@ impl Engine<'_> {
             }
         };
 
-        // Serial waits are fixed at the loop that issues them, which may be in a caller.
-        let (mut file, mut line, mut function, mut code) =
-            (frame.file.clone(), frame.line, frame.function.clone(), self.code(&frame.file, frame.line));
-
-        // Time inside a method of an object built a few lines above, in the same function, by a
-        // known set-up call is that set-up's cost paid lazily (a database connection reads its
-        // schema on the first statement): the fix is where the object is made.
-        let (mut kind, mut rule, mut why, mut fix) = (kind, rule, why, fix);
-        // A bound called in a loop's condition runs again on every pass (`i < strlen(s)`
-        // re-scans the string each time: the loop is quadratic), though its answer rarely changes.
+        // What the rules may need to know of the line, gathered here; each rule (rules.rs) then
+        // decides alone, in order, whether and how it rewrites the finding.
+        let code = self.code(&frame.file, frame.line);
         let in_condition = matches!(rule.as_str(), "hot-call" | "c-call")
             && self.user.resolve(&frame.file).is_some_and(|p| self.source.bound_recomputed_every_pass(&p, frame.line));
-        if in_condition {
-            let id = "call-in-loop-condition";
-            kind = b.kind(id);
-            rule = id.to_owned();
-            why = b.why(id, &[("why", why)]);
-            fix = b.fix(id, &[]);
-        }
-        // Waits issued one at a time are fixed at the loop; waits that already overlap are not.
-        if kind == Kind::SerialIo {
-            if let Some((mean, peak)) = self.in_flight(l) {
-                let values = [
-                    ("mean", format!("{mean:.1}")),
-                    ("window_ms", (IN_FLIGHT_WINDOW_US / 1000).to_string()),
-                    ("peak", format!("{peak:.1}")),
-                ];
-                if mean >= OVERLAPPING_WAITS {
-                    let id = "concurrent-waits";
-                    kind = b.kind(id);
-                    rule = format!("{rule}-concurrent");
-                    why = b.why(id, &values);
-                    fix = b.fix(id, &values);
-                } else {
-                    let mut values = values.to_vec();
-                    values.push(("why", why));
-                    why = b.why("serial-waits", &values);
-                    evidence.push(Evidence {
-                        frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"),
-                        file: String::new(),
-                        line: 0,
-                        share: line_share,
-                    });
-                }
-            }
-        }
-        // A query on a connection opened a few lines above is that connection's set-up too.
-        if kind == Kind::HotCall || kind == Kind::NPlusOneQuery {
-            if let Some((made_at, made_code, e)) = self.lazy_setup(&frame.file, frame.line, &called) {
-                let spec = &self.kb.entries[e as usize].spec;
-                evidence.insert(
-                    0,
-                    Evidence {
-                        frame: format!("{} (first use)", code.clone().unwrap_or_default()),
-                        file: file.clone(),
-                        line,
-                        share: line_share,
-                    },
-                );
-                why = b.why("lazy-setup", &[("why", spec.why.clone()), ("line", frame.line.to_string())]);
-                (kind, rule, fix) = (spec.kind, spec.id.clone(), spec.fix_for(frame.kind).to_owned());
-                line = made_at;
-                code = Some(made_code);
-            }
-        }
+        let lazy = self
+            .lazy_setup(&frame.file, frame.line, &called)
+            .map(|(made_at, made_code, e)| (made_at, made_code, self.kb.entries[e as usize].spec.clone()));
         let enclosing = loop_here.or(loop_in_caller);
-        // Waits no loop of the user's repeats (a handler's one call to its backend) have
-        // nothing to overlap with: the reply's own latency is the cost.
-        if kind == Kind::SerialIo && enclosing.is_none() {
-            kind = b.kind("single-wait");
-            rule = format!("{rule}-single");
-            why = b.why("single-wait", &[]);
-            fix = b.fix("single-wait", &[]);
+        let loop_at = enclosing.map(|(owner, loop_line)| {
+            let owner = profile.frame(owner);
+            (owner.file.clone(), owner.function.clone(), loop_line, self.code(&owner.file, loop_line))
+        });
+        let facts = rules::LineFacts {
+            frame: &frame,
+            share: line_share,
+            in_condition,
+            in_flight: if kind == Kind::SerialIo { self.in_flight(l) } else { None },
+            lazy_setup: lazy.as_ref().map(|(at, code, spec)| (*at, code.as_str(), spec)),
+            loop_at: loop_at
+                .as_ref()
+                .map(|(file, function, line, code)| (file.as_str(), function.as_str(), *line, code.as_deref())),
+        };
+        let mut draft = rules::Draft {
+            kind,
+            rule,
+            why,
+            fix,
+            file: frame.file.clone(),
+            line: frame.line,
+            function: frame.function.clone(),
+            code,
+            evidence,
+        };
+        for apply in rules::RULES {
+            apply(&mut draft, &facts, b);
         }
-        if kind == Kind::SerialIo {
-            if let Some((owner, loop_line)) = enclosing {
-                let owner = profile.frame(owner).clone();
-                evidence.insert(
-                    0,
-                    Evidence {
-                        frame: format!(
-                            "{} (the call that waits)",
-                            code.clone().unwrap_or_else(|| frame.function.clone())
-                        ),
-                        file: file.clone(),
-                        line,
-                        share: line_share,
-                    },
-                );
-                file = owner.file.clone();
-                line = loop_line;
-                function = owner.function.clone();
-                code = self.code(&owner.file, loop_line);
-            }
-        }
+        let rules::Draft { kind, rule, mut why, fix, file, line, function, code, mut evidence } = draft;
         let enclosing_loop = enclosing.map(|(owner, l)| format!("{}:{}", short(&profile.frame(owner).file), l));
         let advice = match (&enclosing_loop, kind) {
             (Some(at), k) if k != Kind::SerialIo => format!("{fix} (the loop is at {at})"),

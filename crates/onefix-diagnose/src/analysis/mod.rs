@@ -19,6 +19,7 @@ mod charge;
 mod explain;
 mod facts;
 mod merge;
+mod rules;
 use bound::{combine, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
 
