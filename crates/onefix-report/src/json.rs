@@ -1,4 +1,5 @@
-//! The findings report as JSON: the contract of DESIGN.md §3, which outside checks rely on.
+//! The findings report as JSON: the contract of DESIGN.md §3, which outside checks rely on, kept
+//! in the repository as a JSON Schema: crates/onefix-report/schema/findings.schema.json.
 //!
 //! Contract fields (their meaning must not change): `tool`, `version`, `target` {`argv`, `pid`,
 //! `language`}, `mode`, `duration_s`, `samples`, `findings` [{`rank`, `kind`, `file`, `line`,
