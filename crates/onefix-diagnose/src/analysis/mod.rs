@@ -20,6 +20,7 @@ mod explain;
 mod facts;
 mod merge;
 mod rules;
+mod threads;
 use bound::{combine, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
 
@@ -205,41 +206,8 @@ impl Engine<'_> {
         let window_us = if end_us >= 10_000_000 { 1_000_000 } else { (end_us / 10).max(onefix_model::MERGE_SPAN_US) };
         let nwindows = (end_us / window_us + 1) as usize;
 
-        // Pass 1: how much of each thread is parked, and how. A parked sample is never a cost;
-        // an event-loop wait still counts in the elapsed time of a thread that also works.
-        let nthreads = profile.threads().len();
-        let mut thread_total = vec![0u64; nthreads];
-        let mut thread_parked = vec![0u64; nthreads];
-        let mut thread_on_timer = vec![0u64; nthreads];
-        for s in profile.samples.iter() {
-            let running = self.running(s);
-            if mode == Mode::Cpu && !running {
-                continue;
-            }
-            // Torn and empty stacks say nothing about whether a thread works.
-            if self.incomplete(s.stack) {
-                continue;
-            }
-            thread_total[s.thread as usize] += s.weight as u64;
-            if self.parked(s.stack).is_some() {
-                thread_parked[s.thread as usize] += s.weight as u64;
-            }
-            if !running && self.on_timer(s.stack) {
-                thread_on_timer[s.thread as usize] += s.weight as u64;
-            }
-        }
-        let works: Vec<bool> = (0..nthreads)
-            .map(|t| {
-                thread_total[t] > 0
-                    && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64
-            })
-            .collect();
-        // A watchdog or a flusher sleeping beside threads that do the work is not their cost.
-        let on_timer: Vec<bool> = (0..nthreads)
-            .map(|t| thread_total[t] > 0 && thread_on_timer[t] as f64 >= TIMER_THREAD * thread_total[t] as f64)
-            .collect();
-        let background: Vec<bool> =
-            (0..nthreads).map(|t| on_timer[t] && (0..nthreads).any(|o| o != t && works[o] && !on_timer[o])).collect();
+        // Pass 1: which threads work, and which only sleep beside them (threads.rs).
+        let threads::ThreadClasses { works, background } = self.classify_threads(mode);
 
         // Pass 2: charge the samples to their frontier lines.
         let mut active_windows = vec![false; nwindows];

@@ -1,0 +1,53 @@
+//! Thread classification, the first pass: how much of each thread is parked, and how. A parked
+//! sample is never a cost; an event-loop wait still counts in the elapsed time of a thread that
+//! also works; a thread that only sleeps beside threads that work (a watchdog, a flusher) is a
+//! background timer, not their cost.
+
+use super::*;
+
+/// What the first pass says of each thread, by thread id.
+pub(super) struct ThreadClasses {
+    /// The thread does some work: at least [`WORKING_THREAD`] of its samples are not parked.
+    pub works: Vec<bool>,
+    /// The thread sleeps on a timer nearly all the time beside other threads that work.
+    pub background: Vec<bool>,
+}
+
+impl Engine<'_> {
+    pub(super) fn classify_threads(&mut self, mode: Mode) -> ThreadClasses {
+        let profile = self.profile;
+        let nthreads = profile.threads().len();
+        let mut thread_total = vec![0u64; nthreads];
+        let mut thread_parked = vec![0u64; nthreads];
+        let mut thread_on_timer = vec![0u64; nthreads];
+        for s in profile.samples.iter() {
+            let running = self.running(s);
+            if mode == Mode::Cpu && !running {
+                continue;
+            }
+            // Torn and empty stacks say nothing about whether a thread works.
+            if self.incomplete(s.stack) {
+                continue;
+            }
+            thread_total[s.thread as usize] += s.weight as u64;
+            if self.parked(s.stack).is_some() {
+                thread_parked[s.thread as usize] += s.weight as u64;
+            }
+            if !running && self.on_timer(s.stack) {
+                thread_on_timer[s.thread as usize] += s.weight as u64;
+            }
+        }
+        let works: Vec<bool> = (0..nthreads)
+            .map(|t| {
+                thread_total[t] > 0
+                    && (thread_total[t] - thread_parked[t]) as f64 >= WORKING_THREAD * thread_total[t] as f64
+            })
+            .collect();
+        let on_timer: Vec<bool> = (0..nthreads)
+            .map(|t| thread_total[t] > 0 && thread_on_timer[t] as f64 >= TIMER_THREAD * thread_total[t] as f64)
+            .collect();
+        let background =
+            (0..nthreads).map(|t| on_timer[t] && (0..nthreads).any(|o| o != t && works[o] && !on_timer[o])).collect();
+        ThreadClasses { works, background }
+    }
+}
