@@ -18,7 +18,7 @@ use onefix_collect::{process, CollectError, PythonOptions, PythonSampler, Sample
 use onefix_model::{Language, Mode, Profile, TargetExit};
 use onefix_native::{NativeOptions, NativeSampler};
 
-use crate::cli::{LoadArgs, RecordArgs};
+use crate::cli::{LoadArgs, RecordArgs, TopArgs};
 use anyhow::Context;
 use onefix_load::{LoadConfig, RequestSpec};
 
@@ -136,7 +136,54 @@ impl TargetSampler {
 
 /// Starts the command or attaches to the pid, with the sampler its kind of program needs:
 /// native programs (ELF, not an interpreter) through perf_event, Python through py-spy.
-pub(crate) fn start_target(args: &RecordArgs, mode: Mode) -> Result<StartedTarget> {
+/// What to sample and how, resolved once from a command's arguments (`record` or `top`).
+pub(crate) struct TargetSpec {
+    /// Attach to this process; else start `command`.
+    pub pid: Option<u32>,
+    pub command: Vec<String>,
+    pub mode: Mode,
+    pub rate: f64,
+    /// Python: merge native frames (paused reads).
+    pub native: bool,
+    /// Python: only the thread holding the GIL.
+    pub gil: bool,
+    /// Python: sample child processes too.
+    pub subprocesses: bool,
+    /// Native: bytes of stack copied per sample.
+    pub stack_bytes: u32,
+}
+
+impl TargetSpec {
+    pub(crate) fn of_record(args: &RecordArgs) -> TargetSpec {
+        TargetSpec {
+            pid: args.pid,
+            command: args.command.clone(),
+            mode: args.mode.into(),
+            rate: args.rate,
+            native: args.native,
+            gil: args.gil,
+            subprocesses: args.subprocesses,
+            stack_bytes: args.stack_bytes,
+        }
+    }
+
+    /// `top` samples as `record` does by default, so that it sees what a recording would.
+    pub(crate) fn of_top(args: &TopArgs) -> TargetSpec {
+        TargetSpec {
+            pid: args.pid,
+            command: args.command.clone(),
+            mode: args.mode.into(),
+            rate: args.rate,
+            native: false,
+            gil: false,
+            subprocesses: false,
+            stack_bytes: 32 * 1024,
+        }
+    }
+}
+
+pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
+    let mode = args.mode;
     let native = match args.pid {
         Some(pid) => {
             if !process::exists(pid) {

@@ -16,8 +16,8 @@ use crate::cli::RecordArgs;
 use crate::messages::RECORDED_BUT_INCOMPLETE;
 use crate::outputs;
 use crate::target::{
-    catch_interrupts, default_output, describe_exit, load_plan, start_target, DrivenLoad, StartedTarget, INTERRUPTED,
-    SERVER_START_LIMIT,
+    catch_interrupts, default_output, describe_exit, load_plan, start_target, DrivenLoad, StartedTarget, TargetSpec,
+    INTERRUPTED, SERVER_START_LIMIT,
 };
 
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
@@ -36,7 +36,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     catch_interrupts();
     recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
     // On failure the partial recording, which holds nothing yet, goes with `recording`.
-    let started_target = start_target(&args, mode)?;
+    let started_target = start_target(&TargetSpec::of_record(&args))?;
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);

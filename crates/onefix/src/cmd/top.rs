@@ -15,10 +15,10 @@ use onefix_model::recording::RecordingWriter;
 use onefix_model::{Language, Meta, Mode, Profile, Sample, Target, TargetExit, WeightUnit};
 use onefix_report::{write_top, TopStatus};
 
-use crate::cli::{OutputArgs, RecordArgs, TopArgs};
+use crate::cli::TopArgs;
 use crate::output::RecordingFile;
 use crate::outputs;
-use crate::target::{catch_interrupts, start_target, StartedTarget, INTERRUPTED};
+use crate::target::{catch_interrupts, start_target, StartedTarget, TargetSpec, INTERRUPTED};
 
 /// How often the screen is redrawn.
 const ROUND: Duration = Duration::from_secs(1);
@@ -38,27 +38,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         r.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
     }
     // The same start or attach as `record`, so top sees what a recording would.
-    let record_args = RecordArgs {
-        pid: args.pid,
-        duration: None,
-        rate: args.rate,
-        mode: args.mode,
-        native: false,
-        gil: false,
-        subprocesses: false,
-        stack_bytes: 32 * 1024,
-        output: None,
-        no_save: true,
-        seed: 0x0f1f,
-        load: None,
-        memory: false,
-        memory_rate: 512 << 10,
-        memory_view: crate::cli::MemoryViewArgs { memory_view: crate::cli::MemoryViewArg::Retained },
-        outputs: OutputArgs { user_code: args.user_code.clone(), quiet: true, ..OutputArgs::default() },
-        command: args.command.clone(),
-    };
-    // On failure the partial recording, which holds nothing yet, goes with `recording`.
-    let started_target = start_target(&record_args, mode)?;
+    let started_target = start_target(&TargetSpec::of_top(&args))?;
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
