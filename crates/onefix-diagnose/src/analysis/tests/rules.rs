@@ -327,12 +327,15 @@ fn a_program_that_only_waits_is_told_where_it_waits() {
     let d = b.diagnose(dir.to_str().unwrap());
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(d.findings.is_empty(), "{:?}", d.findings);
-    let note = d
+    let places = d
         .notes
         .iter()
-        .find(|n| n.contains("waited for work or for each other"))
+        .find_map(|n| match n {
+            Note::StalledAt { places, .. } => Some(places),
+            _ => None,
+        })
         .unwrap_or_else(|| panic!("{:?}", d.notes));
-    assert!(note.contains("app.py:3") && note.contains("app.py:6 `while not done.wait(0.02):`"), "{note}");
+    assert!(places.contains("app.py:3") && places.contains("app.py:6 `while not done.wait(0.02):`"), "{places}");
 }
 
 #[test]
