@@ -34,13 +34,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            // One sentence: the outermost message, then its causes on the same line.
-            let mut msg = e.to_string();
-            for cause in e.chain().skip(1) {
-                msg.push_str(": ");
-                msg.push_str(&cause.to_string());
-            }
-            crate::messages::say(msg);
+            crate::messages::say(messages::one_sentence(&e));
             ExitCode::from(messages::NOTHING_RECORDED)
         }
     }

@@ -9,8 +9,37 @@ pub const RECORDED_BUT_INCOMPLETE: u8 = 1;
 /// sentence saying why is the error's.
 pub const NOTHING_RECORDED: u8 = 2;
 
+/// An error as one sentence: the outermost message, then each cause that says something new
+/// (an io error is often both the message's tail and its cause: said once).
+pub fn one_sentence(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !msg.contains(&cause) {
+            msg.push_str(": ");
+            msg.push_str(&cause);
+        }
+    }
+    msg
+}
+
 /// One line on stderr, prefixed with onefix's name so that it stands apart from the target's
 /// own output.
 pub fn say(message: impl Display) {
     eprintln!("onefix: {message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_already_said_is_not_said_again() {
+        let io = std::io::Error::from_raw_os_error(21);
+        let e = anyhow::Error::new(io)
+            .context(format!("cannot write the man page x.1: {}", std::io::Error::from_raw_os_error(21)));
+        assert_eq!(one_sentence(&e), "cannot write the man page x.1: Is a directory (os error 21)");
+        let e = anyhow::anyhow!("disk full").context("cannot write the recording");
+        assert_eq!(one_sentence(&e), "cannot write the recording: disk full");
+    }
 }
