@@ -191,6 +191,10 @@ def devices_fifos_links_stdout(flag):
     r = record(flag, dangling, MARKING)
     check(f"{flag} dangling link: refused with exit 2", r.returncode == 2, r.stderr.decode())
     check(f"{flag} dangling link: kept", os.path.islink(dangling) and not os.path.exists(os.path.join(d, "nowhere")))
+    # /dev/stdout (a link to a pipe here) is written through, and the summary steps aside.
+    if stdout_ok:
+        r = record(flag, "/dev/stdout")
+        check(f"{flag} /dev/stdout: the output is on stdout, whole", r.returncode == 0 and is_whole(flag, r.stdout), r.stdout[:80] + r.stderr[-200:])
     # `-` is standard output where it makes sense, else refused before anything runs.
     r = record(flag, "-", MARKING if not stdout_ok else None)
     if stdout_ok:

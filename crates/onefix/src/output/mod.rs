@@ -94,29 +94,29 @@ pub fn check(path: &Path, what: &'static str, stdout_ok: bool) -> Result<Output,
     }
     let dest = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
-            let target = std::fs::canonicalize(path).map_err(|_| {
+            // What the link leads to, followed as open(2) would: /dev/stdout may lead to a
+            // pipe, which has no path to canonicalize.
+            let meta = std::fs::metadata(path).map_err(|_| {
                 refuse(
                     "it is a symbolic link to nothing (onefix writes through a link only to an existing regular file)"
                         .into(),
                 )
             })?;
-            let meta = std::fs::metadata(&target).map_err(|e| refuse(e.to_string()))?;
             match kind_of(&meta) {
                 Some(Kind::Regular) => {
+                    let target = std::fs::canonicalize(path).map_err(|e| refuse(e.to_string()))?;
                     if !writable(&target) {
                         return Err(refuse(format!("it links to {}, which you cannot write", target.display())));
                     }
                     Dest::File { at: target }
                 }
                 Some(Kind::Stream(kind)) => Dest::Stream { path: path.into(), kind },
-                Some(Kind::Directory) => {
-                    return Err(refuse(format!("it links to the directory {}; give a file's path", target.display())))
-                }
+                Some(Kind::Directory) => return Err(refuse("it links to a directory; give a file's path".into())),
                 None => {
-                    return Err(refuse(format!(
-                        "it links to {}, which is not a regular file, device, FIFO or socket",
-                        target.display()
-                    )))
+                    return Err(refuse(
+                        "it links to a block device; give a regular file, a character device, a FIFO or a socket"
+                            .into(),
+                    ))
                 }
             }
         }
@@ -188,9 +188,18 @@ impl Output {
         }
     }
 
-    /// Whether this output is standard output (the terminal summary then goes to stderr).
+    /// Whether this output is standard output, as `-` or through a path such as /dev/stdout
+    /// (the terminal summary then goes to stderr).
     pub fn is_stdout(&self) -> bool {
-        self.dest == Dest::Stdout
+        match &self.dest {
+            Dest::Stdout => true,
+            Dest::Stream { path, .. } => {
+                let id = |m: Metadata| (m.dev(), m.ino(), m.rdev());
+                let stdout = std::fs::metadata("/proc/self/fd/1").map(id).ok();
+                stdout.is_some() && std::fs::metadata(path).map(id).ok() == stdout
+            }
+            Dest::File { .. } => false,
+        }
     }
 
     /// Opens the output for writing: the temporary file made when it was checked, the stream
