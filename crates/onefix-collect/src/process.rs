@@ -42,16 +42,15 @@ pub fn cwd(pid: u32) -> Option<String> {
 }
 
 /// What identifies the program image a process runs, which an exec replaces under the same
-/// pid: its executable, its command line, and where its first mapping lies (placed anew by
-/// each exec, even of the same interpreter with the same arguments).
+/// pid: its executable, its command line, and its auxiliary vector (a few hundred bytes set by
+/// each exec: where the program and its random bytes were placed, different at every exec even
+/// of the same interpreter with the same arguments). Cheap enough to read a few times a second.
 pub fn image(pid: u32) -> Option<String> {
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let first = maps.lines().next()?.split(' ').next()?.to_owned();
-    // The stack is placed at random by every exec, even for an executable that is not PIE.
-    let stack = maps.lines().find(|l| l.ends_with("[stack]")).and_then(|l| l.split(' ').next()).unwrap_or("");
-    Some(format!("{}\0{}\0{first}\0{stack}", exe.display(), String::from_utf8_lossy(&cmdline)))
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    let auxv: String = auxv.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!("{}\0{}\0{auxv}", exe.display(), String::from_utf8_lossy(&cmdline)))
 }
 
 /// Whether a thread of `pid` is in uninterruptible sleep (state D): it cannot be stopped by

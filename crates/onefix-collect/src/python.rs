@@ -62,6 +62,9 @@ struct Spy {
     exec_since: Option<(Instant, String)>,
     /// After a paused read that took too long, no paused read of this process until then.
     paused_reads_after: Option<Instant>,
+    /// After a paused read that was slow, look for threads in uninterruptible sleep before each
+    /// read until then (reading every thread's state costs too much to do always).
+    watch_sleepers_until: Option<Instant>,
     /// Threads whose latest kept stack had Python frames: an empty stack from one of them is
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
@@ -301,6 +304,7 @@ impl Spy {
             image: process::image(pid),
             exec_since: None,
             paused_reads_after: None,
+            watch_sleepers_until: None,
             had_frames: Default::default(),
         }
     }
@@ -310,6 +314,10 @@ impl Spy {
 /// stalls it noticeably, and the process is then left unpaused for [`PAUSE_BACKOFF`].
 const PAUSE_LIMIT: Duration = Duration::from_millis(50);
 const PAUSE_BACKOFF: Duration = Duration::from_secs(1);
+/// A paused read slower than this makes onefix look for threads in uninterruptible sleep before
+/// each read of that process, for [`PAUSE_BACKOFF`]: reading every thread's state at every tick
+/// would cost more than the reads.
+const SLOW_PAUSE: Duration = Duration::from_millis(10);
 
 /// How long a process that exec'd is given to become readable Python again.
 const EXEC_PATIENCE: Duration = Duration::from_secs(10);
@@ -401,9 +409,12 @@ impl Sampler for PythonSampler {
             if self.opts.native {
                 // A paused read stops every thread and waits for each to stop. A thread in
                 // uninterruptible sleep (disk or NFS I/O) cannot stop until it leaves it, and
-                // the others would stay stopped meanwhile: skip the read rather than stall.
-                if spy.paused_reads_after.is_some_and(|t| Instant::now() < t)
-                    || process::has_uninterruptible_thread(spy.pid)
+                // the others would stay stopped meanwhile: once reads of this process turn
+                // slow, skip a read while such a thread exists rather than stall.
+                let now = Instant::now();
+                let watch_sleepers = spy.watch_sleepers_until.is_some_and(|t| now < t);
+                if spy.paused_reads_after.is_some_and(|t| now < t)
+                    || (watch_sleepers && process::has_uninterruptible_thread(spy.pid))
                 {
                     self.skipped_paused += 1;
                     failed = true;
@@ -433,9 +444,15 @@ impl Sampler for PythonSampler {
                     Err(_) => {}
                 }
             }
-            if self.opts.native && read_started.elapsed() > PAUSE_LIMIT {
-                self.long_pauses += 1;
-                spy.paused_reads_after = Some(Instant::now() + PAUSE_BACKOFF);
+            if self.opts.native {
+                let took = read_started.elapsed();
+                if took > SLOW_PAUSE {
+                    spy.watch_sleepers_until = Some(Instant::now() + PAUSE_BACKOFF);
+                }
+                if took > PAUSE_LIMIT {
+                    self.long_pauses += 1;
+                    spy.paused_reads_after = Some(Instant::now() + PAUSE_BACKOFF);
+                }
             }
             match read {
                 Ok(traces) => {
