@@ -245,7 +245,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         if *code != 0 && diagnosis.hot_lines.is_empty() {
             let name = argv_name(&args.command);
             crate::messages::say(format_args!(
-                "{name} exited with status {code} after {:.2} s, before a sample landed in your code (its own messages are above)",
+                "{name} exited with {code} after {:.2} s, before a sample landed in your code (its own messages are above)",
                 elapsed_us as f64 / 1e6
             ));
             return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
