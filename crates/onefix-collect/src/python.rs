@@ -31,6 +31,9 @@ pub struct PythonSampler {
     /// seen.
     tried: HashMap<u32, Instant>,
     last_scan: Instant,
+    /// How long until the next look for new descendants: [`SCAN_EVERY`], or longer when a look
+    /// costs much (a target with hundreds of threads has as many children lists to read).
+    scan_every: Duration,
     /// When threads left attached by a paused read were last let go (`native` only).
     last_release: Instant,
     /// Interpreter version of the first process attached, e.g. "3.11.7".
@@ -119,6 +122,7 @@ impl PythonSampler {
             spies: Vec::new(),
             tried: HashMap::new(),
             last_scan: Instant::now(),
+            scan_every: SCAN_EVERY,
             last_release: Instant::now(),
             version: String::new(),
             asyncio: None,
@@ -276,8 +280,12 @@ impl PythonSampler {
     }
 
     fn scan_descendants(&mut self) {
+        let started = Instant::now();
+        let descendants = process::descendants(self.root);
+        // Looking costs at most about 2% of a core: the next look waits 50 times this one.
+        self.scan_every = SCAN_EVERY.max(started.elapsed() * 50);
         self.last_scan = Instant::now();
-        for pid in process::descendants(self.root) {
+        for pid in descendants {
             if self.spies.iter().any(|s| s.pid == pid) {
                 continue;
             }
@@ -393,7 +401,7 @@ fn convert_frame(f: &py_spy::Frame) -> Frame {
 
 impl Sampler for PythonSampler {
     fn tick(&mut self, profile: &mut Profile, time_us: u64) -> Tick {
-        if self.opts.subprocesses && self.last_scan.elapsed() >= SCAN_EVERY {
+        if self.opts.subprocesses && self.last_scan.elapsed() >= self.scan_every {
             self.scan_descendants();
         }
         if let Some(a) = self.asyncio.as_mut() {
