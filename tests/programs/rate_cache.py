@@ -38,7 +38,7 @@ class RateCache:
         key = f"{currency}-{day}"
         with self._lock:  # CULPRIT
             if key not in self._rates:
-                with urllib.request.urlopen(f"{self._base}/rate/{key}", timeout=5) as resp:
+                with urllib.request.urlopen(f"{self._base}/rate/{key}", timeout=5) as resp:  # CULPRIT (held)
                     self._rates[key] = json.load(resp)["rate"]
             return self._rates[key]
 

@@ -65,6 +65,22 @@ pub fn has_uninterruptible_thread(pid: u32) -> bool {
     })
 }
 
+/// The futex system call's number on this architecture.
+#[cfg(target_arch = "x86_64")]
+const SYS_FUTEX: u64 = 202;
+#[cfg(target_arch = "aarch64")]
+const SYS_FUTEX: u64 = 98;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const SYS_FUTEX: u64 = u64::MAX;
+
+/// Whether thread `tid` of `pid` is blocked in a futex wait (a lock, a condition variable, the
+/// GIL), from the system call it is in: `/proc/PID/task/TID/syscall` starts with its number
+/// (`running` when it is on a CPU). Needs the ptrace access a stack read needs anyway.
+pub fn in_futex_wait(pid: u32, tid: u64) -> bool {
+    let Ok(line) = fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")) else { return false };
+    line.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()) == Some(SYS_FUTEX)
+}
+
 pub fn cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(

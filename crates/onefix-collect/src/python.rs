@@ -353,7 +353,8 @@ fn loop_waiting(trace: &StackTrace) -> bool {
             .any(|f| crate::asyncio::named(&f.name, "run_forever") && f.filename.ends_with("/asyncio/base_events.py"))
 }
 
-fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, asyncio: Option<&mut AsyncioTasks>) {
+/// `futex`: the thread waited in a futex (see [`process::in_futex_wait`]).
+fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, futex: bool, asyncio: Option<&mut AsyncioTasks>) {
     let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
     if let Some(a) = asyncio {
         let pid = trace.pid as u32;
@@ -380,7 +381,7 @@ fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, asyncio: O
         time_us,
         thread,
         stack,
-        state: ThreadState::new(trace.active, trace.owns_gil),
+        state: ThreadState::new(trace.active, trace.owns_gil).with_futex(futex),
         weight: 1,
     });
 }
@@ -464,14 +465,23 @@ impl Sampler for PythonSampler {
             }
             match read {
                 Ok(traces) => {
+                    // A thread that waits while another holds the GIL may be queuing for it, or
+                    // waiting for I/O at the same line: the kernel tells which (a futex), read
+                    // only then, so an idle program costs no extra reads.
+                    let gil_held = traces.iter().any(|t| t.owns_gil);
                     for trace in &traces {
+                        let futex = gil_held
+                            && !trace.active
+                            && !trace.owns_gil
+                            && !trace.frames.is_empty()
+                            && process::in_futex_wait(spy.pid, thread_key(trace));
                         if trace.frames.is_empty() {
                             spy.had_frames.remove(&thread_key(trace));
                         } else {
                             spy.had_frames.insert(thread_key(trace));
                         }
                         self.saw_event_loop |= loop_waiting(trace);
-                        add_trace(profile, trace, time_us, self.asyncio.as_deref_mut());
+                        add_trace(profile, trace, time_us, futex, self.asyncio.as_deref_mut());
                     }
                     added += traces.len();
                 }

@@ -32,6 +32,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("lazy-setup", &["why", "line"]),
     ("single-wait", &[]),
     ("cpu-cap", &["why", "cpu_seconds", "stretch_seconds", "cpus", "cap"]),
+    ("holds-lock", &["why", "fix", "lock_at", "waits_percent"]),
+    ("holds-gil", &["why", "fix", "waits_percent"]),
 ];
 
 pub(crate) struct Builtins {

@@ -43,6 +43,34 @@ pub struct Finding {
     pub explained: f64,
     /// The loop that repeats this line, when the source shows one: `file:line`.
     pub enclosing_loop: Option<String>,
+    /// What [`Finding::max_speedup`] was computed over.
+    pub gain_basis: GainBasis,
+}
+
+/// What a finding's gain bound rests on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GainBasis {
+    /// Amdahl's law over the line's share of the busy threads' time in the stretch of the run
+    /// that repeats it, capped by the CPUs the remaining work needs: for a server, a run cut
+    /// short, or a single busy thread.
+    #[default]
+    BusyShare,
+    /// Critical-path zeroing: the run's end-to-end path without the line's time, no shorter
+    /// than what must still run (any thread's own work, the GIL's, the CPUs').
+    CriticalPath,
+    /// No bound: a memory finding, or a profile with no time in it.
+    None,
+}
+
+impl GainBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GainBasis::BusyShare => "busy-share",
+            GainBasis::CriticalPath => "critical-path",
+            GainBasis::None => "none",
+        }
+    }
 }
 
 impl Finding {
@@ -131,6 +159,7 @@ mod tests {
             rule: "r".into(),
             explained: 1.0,
             enclosing_loop: None,
+            gain_basis: GainBasis::BusyShare,
         }
     }
 

@@ -83,6 +83,11 @@ pub struct EntrySpec {
     /// in it while other threads work is a background timer (a watchdog, a flusher): idle.
     #[serde(default)]
     pub timer: bool,
+    /// The wait ends when another thread of the program acts: a join, a future's result, a
+    /// task queue, a lock. The program's critical path follows that thread through the wait;
+    /// any other wait (a reply, the clock, a connection) stays on the line that waits.
+    #[serde(default)]
+    pub woken_by_thread: bool,
     /// Entries whose cost this one brings about when both sit in the same loop (a client built
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]

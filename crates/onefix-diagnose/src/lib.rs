@@ -19,7 +19,7 @@ pub mod origin;
 mod template;
 
 pub use analysis::{diagnose, Options};
-pub use finding::{Diagnosis, Evidence, Finding, HotLine};
+pub use finding::{Diagnosis, Evidence, Finding, GainBasis, HotLine};
 pub use kb::KnowledgeBase;
 pub use kind::Kind;
 pub use memory::{diagnose_memory, MemoryOptions};

@@ -284,6 +284,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             rule: "memory-growth".into(),
             explained: 1.0,
             enclosing_loop: None,
+            gain_basis: crate::GainBasis::None,
         });
     }
 
@@ -418,6 +419,7 @@ fn allocating_line_finding(
         rule: rule.into(),
         explained: 1.0,
         enclosing_loop: None,
+        gain_basis: crate::GainBasis::None,
     }
 }
 

@@ -136,6 +136,10 @@ impl ThreadState {
     /// Memory profiles: the sample is the free of a sampled allocation (same stack, same
     /// weight), not an allocation; retained bytes are allocations minus frees.
     pub const FREED: u8 = 4;
+    /// Blocked in a futex wait, as the kernel said (`/proc/TID/syscall`): a lock, a condition
+    /// variable, or the GIL. Read for Python threads that wait while another holds the GIL,
+    /// to tell a thread queuing for the GIL from one waiting for I/O at the same line.
+    pub const FUTEX: u8 = 8;
 
     pub fn new(active: bool, gil: bool) -> ThreadState {
         ThreadState((active as u8 * Self::ACTIVE) | (gil as u8 * Self::GIL))
@@ -148,6 +152,12 @@ impl ThreadState {
     }
     pub fn freed(self) -> bool {
         self.0 & Self::FREED != 0
+    }
+    pub fn futex(self) -> bool {
+        self.0 & Self::FUTEX != 0
+    }
+    pub fn with_futex(self, futex: bool) -> ThreadState {
+        ThreadState(self.0 | (futex as u8 * Self::FUTEX))
     }
     pub fn name(self) -> &'static str {
         match (self.active(), self.gil()) {

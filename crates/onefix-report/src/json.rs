@@ -7,7 +7,8 @@
 //! `line`, `share`}]}].
 //!
 //! Added fields: per finding `max_speedup_range` ([low, high or null]: the bound's 95% interval
-//! from sampling alone), `why`, `recurrence`, `rule`, `enclosing_loop`; at the top `unit`,
+//! from sampling alone), `gain_basis` (what the bound rests on), `why`, `recurrence`, `rule`,
+//! `enclosing_loop`; at the top `unit`,
 //! `rate_hz`, `share_of` (what every share is a fraction of), `total_weight`, `busy_weight` (the
 //! shares' denominator), `idle_share` (idle threads, as a fraction of `total_weight`),
 //! `outside_user_share` (busy weight outside user code, as a fraction of `busy_weight`),
@@ -80,6 +81,8 @@ struct FindingJson<'a> {
     max_speedup: Option<f64>,
     /// 95% interval of `max_speedup` from sampling alone; the upper end is null when unbounded.
     max_speedup_range: Option<(f64, Option<f64>)>,
+    /// What the bound rests on: `busy-share`, `critical-path` or `none`.
+    gain_basis: &'static str,
     title: &'a str,
     advice: &'a str,
     evidence: Vec<EvidenceJson<'a>>,
@@ -185,6 +188,7 @@ fn finding_json(f: &Finding) -> FindingJson<'_> {
         // An infinite bound (a cost of 100%) is not a number JSON can carry: null, "not meaningful".
         max_speedup: f.max_speedup.filter(|x| x.is_finite()).map(|x| round_to(x, 2)),
         max_speedup_range: f.speedup_range().map(|(lo, hi)| (round_to(lo, 2), hi.map(|h| round_to(h, 2)))),
+        gain_basis: f.gain_basis.as_str(),
         title: &f.title,
         advice: &f.advice,
         evidence: f.evidence.iter().map(evidence_json).collect(),

@@ -206,7 +206,12 @@ impl Summary<'_> {
         lines.push(seen);
         lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT, self.opts.width));
         if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
-            let gain = if self.time_profile() { "faster" } else { "less memory" };
+            let gain = match (self.time_profile(), f.gain_basis) {
+                (false, _) => "less memory",
+                // Read off the run's critical path: the time of the whole run, not a share.
+                (true, onefix_diagnose::GainBasis::CriticalPath) => "faster end to end (on the run's critical path)",
+                (true, _) => "faster",
+            };
             // Past 100x the figure rests on a handful of samples outside the line.
             let mut gain = match bound {
                 b if b > 100.0 => format!("{INDENT}if this cost went away: more than 100x {gain}"),

@@ -492,16 +492,20 @@ fn unseen_programs_put_the_planted_line_at_rank_one() {
         let name = prog.file_stem().unwrap().to_str().unwrap().to_owned();
         let s = Scratch::new(&format!("unseen-{name}"));
         let (report, _) = record(&s, &[], prog);
-        let planted = line_of(prog, "# CULPRIT");
+        // A program may plant more than one right answer: a lock and the work held under it.
+        let source = std::fs::read_to_string(prog).unwrap();
+        let planted: Vec<u64> =
+            source.lines().enumerate().filter(|(_, l)| l.contains("# CULPRIT")).map(|(i, _)| i as u64 + 1).collect();
         let top = &report["findings"][0];
-        let right = top["line"] == planted && top["file"].as_str().is_some_and(|f| f.ends_with(&format!("{name}.py")));
+        let right = top["line"].as_u64().is_some_and(|l| planted.contains(&l))
+            && top["file"].as_str().is_some_and(|f| f.ends_with(&format!("{name}.py")));
         let known = KNOWN_MISSES.iter().any(|(n, _)| *n == name);
         if right && known {
             eprintln!("{name}: a known miss came out right this time");
         }
         if !right && !known {
             wrong.push(format!(
-                "{name}: planted {planted}, rank 1 {}:{} {} (known miss: {known})",
+                "{name}: planted {planted:?}, rank 1 {}:{} {} (known miss: {known})",
                 top["file"], top["line"], top["kind"]
             ));
         }

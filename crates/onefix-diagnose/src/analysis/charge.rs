@@ -12,8 +12,8 @@ impl Engine<'_> {
         stack: StackId,
         s: &Sample,
         running: bool,
-        window: usize,
-        nwindows: usize,
+        (window, nwindows): (usize, usize),
+        charged_for_holder: bool,
     ) {
         let w = s.weight as u64;
         let facts = &self.stack_facts[self.stacks[stack as usize].unwrap() as usize];
@@ -28,6 +28,9 @@ impl Engine<'_> {
         }
         if !running {
             acc.blocked += w;
+        }
+        // A wait charged to the lock holder's line is no wait in flight at that line.
+        if !running && !charged_for_holder {
             let (weight, threads) = acc.blocked_windows.entry(s.time_us / IN_FLIGHT_WINDOW_US).or_default();
             *weight += w;
             if threads.len() < MAX_THREADS_PER_WINDOW && !threads.contains(&s.thread) {
@@ -60,7 +63,7 @@ impl Engine<'_> {
         busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
         let window = (s.time_us / window_us) as usize;
         active_windows[window] = true;
-        self.charge(line, stack, s, running, window, nwindows);
+        self.charge(line, stack, s, running, (window, nwindows), false);
         w
     }
 

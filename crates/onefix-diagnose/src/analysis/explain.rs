@@ -15,6 +15,7 @@ impl Engine<'_> {
         stretch: &Stretch,
         share: &dyn Fn(u64) -> f64,
         opts: &Options,
+        path: Option<&critical::CriticalPath>,
     ) -> Finding {
         let profile = self.profile;
         let mode = opts.mode;
@@ -238,12 +239,16 @@ impl Engine<'_> {
             frame.line
         );
         evidence.truncate(MAX_EVIDENCE);
-        let amdahl = speedup(weight as f64 / stretch.busy.max(1) as f64);
+        let amdahl = match path {
+            Some(path) => path.speedup(&[l]),
+            None => speedup(weight as f64 / stretch.busy.max(1) as f64),
+        };
         // The work the line does not do stays, and runs on the machine's CPUs at best: a
         // bound past that (a lock whose holders compute, on fewer CPUs than threads) is no bound.
         let line_running = weight - blocked;
         let cpu_cap = match (opts.cpus, profile.seconds_per_weight()) {
-            (Some(cpus), Some(spw)) if stretch.seconds > 0.0 && stretch.running > line_running => {
+            // The critical path has the CPUs' bound in it already.
+            (Some(cpus), Some(spw)) if path.is_none() && stretch.seconds > 0.0 && stretch.running > line_running => {
                 let cpu_seconds = (stretch.running - line_running) as f64 * spw;
                 Some((cpus as f64 * stretch.seconds / cpu_seconds, cpus, cpu_seconds))
             }
@@ -274,7 +279,7 @@ impl Engine<'_> {
             code,
             share: line_share,
             max_speedup,
-            bound_weight: stretch.busy,
+            bound_weight: path.map_or(stretch.busy, |p| p.samples()),
             explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
             title,
             advice,
@@ -283,6 +288,7 @@ impl Engine<'_> {
             recurrence,
             rule,
             enclosing_loop,
+            gain_basis: if path.is_some() { GainBasis::CriticalPath } else { GainBasis::BusyShare },
         }
     }
 

@@ -7,20 +7,22 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId, ThreadId, WeightUnit};
+use onefix_model::{FrameId, FrameKind, Mode, Profile, Sample, StackId, TargetExit, ThreadId, WeightUnit};
 
 use crate::kb::{KnowledgeBase, Role, When};
 use crate::names::{called_names, qualified_name, unqualified_name, SourceCache};
 use crate::origin::{Origin, UserCode};
-use crate::{Diagnosis, Evidence, Finding, HotLine, Kind, Note};
+use crate::{Diagnosis, Evidence, Finding, GainBasis, HotLine, Kind, Note};
 
 mod bound;
 mod charge;
+mod critical;
 mod explain;
 mod facts;
 mod merge;
 mod rules;
 mod threads;
+mod waits;
 use bound::{combine, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
 
@@ -151,6 +153,9 @@ struct LineAcc {
     /// Blocked weight by window of IN_FLIGHT_WINDOW_US, over every thread, and the threads
     /// seen waiting in it (a few at most): how many waits at this line are in flight at once.
     blocked_windows: HashMap<u64, (u64, Vec<u32>)>,
+    /// Other threads' waits charged here because this line held what they waited for (a lock,
+    /// the GIL), by the line they waited at and what they waited for (waits.rs).
+    caused: HashMap<(usize, waits::Cause), u64>,
 }
 
 /// Clean reads charged to a line, by their innermost frame, its function and its file, with
@@ -209,6 +214,10 @@ impl Engine<'_> {
         // Pass 1: which threads work, and which only sleep beside them (threads.rs).
         let threads::ThreadClasses { works, background } = self.classify_threads(mode);
 
+        // Waits for a lock or the GIL, charged to the holder's line of the same tick (waits.rs).
+        let timelines = waits::Timelines::of(profile);
+        let recharges = self.wait_for(mode, timelines.as_ref());
+
         // Pass 2: charge the samples to their frontier lines.
         let mut active_windows = vec![false; nwindows];
         // Busy weight over time: the denominator of a line's share over the stretch where it
@@ -230,7 +239,7 @@ impl Engine<'_> {
         let mut clean = CleanByLeaf::default();
         // Every charged read, by thread and time: the reads around an unplaced one.
         let mut placed: Vec<(ThreadId, u64, usize, StackId)> = Vec::new();
-        for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+        for (index, s) in profile.samples.iter().enumerate().filter(|(_, s)| mode.counts(s.state)) {
             let running = self.running(s);
             let w = s.weight as u64;
             // Every sample the mode counts is in the total, as every writer counts it; one read
@@ -284,10 +293,19 @@ impl Engine<'_> {
                 }
                 continue;
             };
-            if let (false, Some(leaf)) = (facts.truncated, facts.leaf) {
+            let (truncated, leaf) = (facts.truncated, facts.leaf);
+            if let Some(r) = recharges.get(&index) {
+                if let Some(holder_line) = self.line_of(Some(r.stack)) {
+                    self.charge(holder_line, r.stack, s, r.running, (window, nwindows), true);
+                    *self.lines[holder_line].caused.entry((r.waited_at, r.cause)).or_default() += w;
+                    placed.push((s.thread, s.time_us, holder_line, r.stack));
+                    continue;
+                }
+            }
+            if let (false, Some(leaf)) = (truncated, leaf) {
                 clean.add(profile, leaf, s.stack.unwrap(), w);
             }
-            self.charge(line, s.stack.unwrap(), s, running, window, nwindows);
+            self.charge(line, s.stack.unwrap(), s, running, (window, nwindows), false);
             placed.push((s.thread, s.time_us, line, s.stack.unwrap()));
         }
         // A torn read lost its outer frames, not its innermost one, which is read first. When
@@ -340,6 +358,13 @@ impl Engine<'_> {
             bracketed += w;
         }
         let busy_weight = total_weight - idle_weight - incomplete;
+        // Several threads working in a run that went to its end: the gain is read off the
+        // critical path, not the summed busy time (critical.rs).
+        let path = if works.iter().filter(|&&w| w).count() > 1 {
+            self.critical_path(timelines.as_ref(), &recharges, &background, opts)
+        } else {
+            None
+        };
         busy_timeline.sort_by_key(|&(t, _, _)| t);
         let (mut cumulative, mut cumulative_running) = (0u64, 0u64);
         let busy_cumulative: Vec<(u64, u64, u64)> = busy_timeline
@@ -433,8 +458,10 @@ impl Engine<'_> {
                 continue;
             }
             let stretch = busy_between(self.lines[l].first_us, self.lines[l].last_us);
-            let mut finding = self.explain(l, recurrence, &stretch, &share, opts);
-            if finding.kind == Kind::LockContention {
+            let mut finding = self.explain(l, recurrence, &stretch, &share, opts, path.as_ref());
+            self.say_caused_waits(l, &mut finding, &share);
+            // A lock whose waits stayed at the line that waits (its holder was not told).
+            if finding.kind == Kind::LockContention && self.lines[l].caused.is_empty() {
                 // Said with what the holder does meanwhile: that is the work to move out.
                 if let Some((held_line, w)) = self.held_work(l, mode) {
                     let f = profile.frame(self.lines[held_line].frame).clone();
@@ -474,7 +501,14 @@ impl Engine<'_> {
         }
         merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
         self.merge_consequences(&mut findings);
-        findings.sort_by(|a, b| b.share.total_cmp(&a.share));
+        // On a critical path, the line to change first is the one whose removal shortens the
+        // run most, whatever share of the summed busy time it holds.
+        if path.is_some() {
+            let gain = |f: &Finding| f.max_speedup.unwrap_or(1.0);
+            findings.sort_by(|a, b| gain(b).total_cmp(&gain(a)).then(b.share.total_cmp(&a.share)));
+        } else {
+            findings.sort_by(|a, b| b.share.total_cmp(&a.share));
+        }
         for (i, f) in findings.iter_mut().enumerate() {
             f.rank = i + 1;
         }

@@ -167,6 +167,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 rule: "python/httpx-client-per-call".into(),
                 explained: 0.9,
                 enclosing_loop: Some(format!("{UPDATER}:28")),
+                gain_basis: onefix_diagnose::GainBasis::BusyShare,
             },
             Finding {
                 rank: 2,
@@ -193,6 +194,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 rule: "builtin/serial-io".into(),
                 explained: 1.0,
                 enclosing_loop: None,
+                gain_basis: onefix_diagnose::GainBasis::BusyShare,
             },
         ],
         hot_lines: hot_lines(busy),

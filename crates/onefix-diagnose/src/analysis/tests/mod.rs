@@ -15,17 +15,14 @@ impl Builder {
         Builder { p: Profile::new(Meta::default()) }
     }
     fn add(&mut self, tid: u64, ms: u64, active: bool, stack: &[(&str, &str, u32)]) {
+        self.add_in(tid, ms, ThreadState::new(active, active), stack);
+    }
+    fn add_in(&mut self, tid: u64, ms: u64, state: ThreadState, stack: &[(&str, &str, u32)]) {
         let t = self.p.intern_thread(1, tid, None);
         let ids: Vec<FrameId> =
             stack.iter().map(|&(f, file, line)| self.p.intern_frame(Frame::python(f, file, line))).collect();
         let s = self.p.intern_stack(ids);
-        self.p.samples.push(Sample {
-            time_us: ms * 1000,
-            thread: t,
-            stack: s,
-            state: ThreadState::new(active, active),
-            weight: 1,
-        });
+        self.p.samples.push(Sample { time_us: ms * 1000, thread: t, stack: s, state, weight: 1 });
     }
     fn diagnose(&self, dir: &str) -> Diagnosis {
         let user = UserCode::new([dir], Some(Path::new(dir)));
@@ -483,3 +480,4 @@ fn write_app(tag: &str, source: &str) -> (std::path::PathBuf, String) {
 }
 
 mod rules;
+mod waits;

@@ -1,0 +1,328 @@
+//! The gain on the program's critical path. A batch program ends when its last thread does, so
+//! what a fix gains is what it takes off the chain of work that ends last, not its share of the
+//! summed time of every busy thread: work that other threads overlap gains nothing, and a main
+//! thread that the others wait for gains all of its time.
+//!
+//! The path is walked back from the end of the run, Perfetto's way, over the samples: while the
+//! thread on the path runs, or waits for something outside the program (a reply, the clock,
+//! the disk), the time is charged to its line; when it waits for another thread (a join, a
+//! queue, a lock, the GIL), the path moves to the thread that woke it, taken as the one that
+//! was doing work when the wait ended (preferring one that finished or started waiting just
+//! then, as a joined thread or a producer does).
+//!
+//! The bound is critical-path zeroing (Hollingsworth): T' is the path without the line's time,
+//! but never less than what must still run once the line is gone, since the path may shift:
+//! - any thread's own time (work and outside waits) without the line, for the threads the end
+//!   waits for;
+//! - a Python process's time holding the GIL without the line (one thread at a time);
+//! - the CPU work without the line, over the machine's CPUs.
+
+use super::waits::{Recharge, Timelines};
+use super::*;
+
+/// Ticks looked back to tell which of several working threads woke a waiter.
+const LOOKBACK_TICKS: u64 = 5;
+
+/// What a sample on the path does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Step {
+    /// Runs, or waits for something outside the program: charged to this line (none: code
+    /// outside the user's, or an unreadable stack).
+    Own(Option<usize>),
+    /// Waits for I/O (not the clock): charged to this line like [`Step::Own`], unless a thread
+    /// of the same process hands over just as the wait ends (a server thread of the program
+    /// answering it), which the path then follows.
+    Io(Option<usize>),
+    /// Waits for another thread of the program.
+    Woken,
+    /// Parked for want of work from outside (a server waiting for connections): time passes,
+    /// but no work is done that a fix would still need.
+    Idle,
+}
+
+/// The critical path of a run: its length and the time each line holds on it.
+pub(super) struct CriticalPath {
+    /// End to end, µs.
+    pub length_us: u64,
+    on_path: HashMap<usize, u64>,
+    /// Per thread that the end waits for: its own time by line, and its total.
+    own: Vec<(HashMap<usize, u64>, u64)>,
+    /// Per Python process: time holding the GIL, by line, and the total.
+    gil: Vec<(HashMap<usize, u64>, u64)>,
+    /// Running time by line, and the total.
+    running: (HashMap<usize, u64>, u64),
+    cpus: Option<u32>,
+    interval_us: u64,
+}
+
+impl CriticalPath {
+    /// The predicted speedup if `lines` cost nothing, with the path's length in samples.
+    pub fn speedup(&self, lines: &[usize]) -> Option<f64> {
+        let t = self.length_us as f64;
+        let without = |(by_line, total): &(HashMap<usize, u64>, u64)| {
+            total.saturating_sub(lines.iter().map(|l| by_line.get(l).copied().unwrap_or(0)).sum::<u64>()) as f64
+        };
+        let on_path: u64 = lines.iter().map(|l| self.on_path.get(l).copied().unwrap_or(0)).sum();
+        let mut remaining = t - on_path as f64;
+        for own in &self.own {
+            remaining = remaining.max(without(own));
+        }
+        for gil in &self.gil {
+            remaining = remaining.max(without(gil));
+        }
+        if let Some(cpus) = self.cpus {
+            remaining = remaining.max(without(&self.running) / cpus as f64);
+        }
+        // A tick's worth at least: no sampled run is known to a finer grain.
+        let remaining = remaining.max(self.interval_us as f64);
+        (t > 0.0).then(|| t / remaining)
+    }
+
+    /// The path's length in samples: how precisely the bound is known.
+    pub fn samples(&self) -> u64 {
+        self.length_us / self.interval_us.max(1)
+    }
+}
+
+impl Engine<'_> {
+    fn step(&mut self, i: usize, recharges: &HashMap<usize, Recharge>) -> Step {
+        let s = &self.profile.samples[i];
+        if let Some(r) = recharges.get(&i) {
+            return Step::Own(self.line_of(Some(r.stack)));
+        }
+        let Some(k) = self.stack(s.stack) else { return Step::Own(None) };
+        let woken = self.stack_facts[k].idle.is_some_and(|e| self.kb.entries[e as usize].spec.woken_by_thread)
+            || (!self.running(s) && self.lock_wait(s.stack))
+            || (s.state.futex() && !s.state.active() && !s.state.gil());
+        if woken {
+            Step::Woken
+        } else if self.parked(s.stack).is_some_and(|busy| !busy || self.stack_facts[k].line.is_none()) {
+            // An event loop's wait counts as its thread's time only where user code waits in it.
+            Step::Idle
+        } else if !self.running(s) && !self.on_timer(s.stack) {
+            Step::Io(self.stack_facts[k].line)
+        } else {
+            Step::Own(self.stack_facts[k].line)
+        }
+    }
+
+    /// The critical path of a batch program (one that ran to its end in this recording), in
+    /// wall mode; `None` for a server, a run cut short, or a profile of another unit.
+    pub(super) fn critical_path(
+        &mut self,
+        timelines: Option<&Timelines>,
+        recharges: &HashMap<usize, Recharge>,
+        background: &[bool],
+        opts: &Options,
+    ) -> Option<CriticalPath> {
+        let profile = self.profile;
+        let timelines = timelines?;
+        let WeightUnit::Samples { interval_us } = profile.meta.weight_unit else { return None };
+        let ended =
+            matches!(profile.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_) | TargetExit::Unknown));
+        if opts.mode != Mode::Wall || !ended || profile.attachments.contains_key(onefix_model::attachments::LOAD) {
+            return None;
+        }
+        let nthreads = timelines.by_thread.len();
+        let steps: Vec<Option<Step>> = (0..profile.samples.len()).map(|i| Some(self.step(i, recharges))).collect();
+        let end_of = |t: usize| timelines.by_thread[t].last().map(|&(_, end, _)| end);
+        let start_us = profile.samples.iter().map(|s| s.time_us).min()?;
+        let end_us = (0..nthreads).filter_map(end_of).max()?;
+        // The main thread of the program started: the end of the run waits for it.
+        let root = profile.meta.target.pid;
+        let main = (0..nthreads)
+            .filter(|&t| {
+                profile.threads()[t].tid == root as u64 || profile.threads()[t].tid == profile.threads()[t].pid as u64
+            })
+            .max_by_key(|&t| (profile.threads()[t].pid == root, end_of(t)))
+            .or_else(|| (0..nthreads).max_by_key(|&t| end_of(t)))?;
+
+        let mut on_path: HashMap<usize, u64> = HashMap::new();
+        let mut cur = main;
+        let mut t = end_of(main)?;
+        // Switches since the path last moved back in time: more than the threads is a cycle.
+        let mut switches = 0usize;
+        while t > start_us {
+            let Some(i) = timelines.near(cur, t - 1, interval_us) else {
+                // The thread did not run then: it had not started, or was not sampled. The path
+                // goes on in a thread that did work then; failing that, it skips the gap.
+                let next =
+                    (0..nthreads).filter(|&o| o != cur).filter_map(|o| Some((o, timelines.at(o, t - 1)?))).max_by_key(
+                        |&(o, i)| (matches!(steps[i], Some(Step::Own(Some(_)))), o == main, std::cmp::Reverse(o)),
+                    );
+                match next {
+                    Some((o, _)) if switches <= nthreads => {
+                        cur = o;
+                        switches += 1;
+                    }
+                    _ => {
+                        let before = (0..nthreads)
+                            .filter_map(|o| {
+                                let line = &timelines.by_thread[o];
+                                let k = line.partition_point(|&(_, end, _)| end < t);
+                                k.checked_sub(1).map(|k| line[k].1)
+                            })
+                            .filter(|&e| e < t)
+                            .max()
+                            .unwrap_or(start_us);
+                        t = before.max(start_us);
+                        switches = 0;
+                    }
+                }
+                continue;
+            };
+            let sample_start = profile.samples[i].time_us;
+            let step = steps[i].unwrap();
+            // At the end of a wait, the path moves to the thread that ended it: one that handed
+            // over just then (it answered, or finished), else for a wait on another thread the
+            // one that was working.
+            if !matches!(step, Step::Own(_)) && switches <= nthreads {
+                let ends = match timelines.at(cur, t + interval_us / 2) {
+                    None => true,
+                    Some(next) => steps[next] != Some(step),
+                };
+                let handed_over = if ends { self.handover(cur, t, timelines, &steps, interval_us) } else { None };
+                let next = handed_over.or_else(|| match step {
+                    Step::Woken => self.waker(cur, t, timelines, &steps, interval_us),
+                    _ => None,
+                });
+                if let Some(next) = next {
+                    cur = next;
+                    switches += 1;
+                    continue;
+                }
+            }
+            let charged = match step {
+                Step::Own(line) | Step::Io(line) => line,
+                Step::Woken => self.line_of(profile.samples[i].stack),
+                Step::Idle => None,
+            };
+            let from = sample_start.max(start_us).min(t);
+            if let Some(line) = charged {
+                *on_path.entry(line).or_default() += t - from;
+            }
+            t = from;
+            switches = 0;
+        }
+
+        // I/O waits that a thread of the program answered are waits on that thread, not time
+        // their own thread must still spend.
+        let mut answered: std::collections::HashSet<usize> = std::collections::HashSet::new();
+        for (thread, samples) in timelines.by_thread.iter().enumerate() {
+            let mut k = 0;
+            while k < samples.len() {
+                let step = steps[samples[k].2];
+                if !matches!(step, Some(Step::Io(_))) {
+                    k += 1;
+                    continue;
+                }
+                let mut j = k;
+                while j + 1 < samples.len()
+                    && steps[samples[j + 1].2] == step
+                    && samples[j + 1].0 <= samples[j].1 + interval_us
+                {
+                    j += 1;
+                }
+                if self.handover(thread, samples[j].1, timelines, &steps, interval_us).is_some() {
+                    answered.extend(samples[k..=j].iter().map(|&(_, _, i)| i));
+                }
+                k = j + 1;
+            }
+        }
+
+        // What must still run once a line is gone: each thread's own time (but a background
+        // timer's, which the end does not wait for), each Python process's time holding the
+        // GIL, the CPU work.
+        let mut own: Vec<(HashMap<usize, u64>, u64)> = Vec::new();
+        let mut gil: HashMap<u32, (HashMap<usize, u64>, u64)> = HashMap::new();
+        let mut running: (HashMap<usize, u64>, u64) = (HashMap::new(), 0);
+        for (thread, samples) in timelines.by_thread.iter().enumerate() {
+            let waited_for = !background[thread];
+            let mut mine: (HashMap<usize, u64>, u64) = (HashMap::new(), 0);
+            for &(start, end, i) in samples {
+                let d = end - start;
+                let s = &profile.samples[i];
+                let line = self.line_of(s.stack);
+                if let (Some(Step::Own(own_line) | Step::Io(own_line)), false) = (steps[i], answered.contains(&i)) {
+                    // A wait charged to its holder is the holder's line's time.
+                    if let Some(l) = own_line {
+                        *mine.0.entry(l).or_default() += d;
+                    }
+                    mine.1 += d;
+                }
+                if self.running(s) {
+                    if let Some(l) = line {
+                        *running.0.entry(l).or_default() += d;
+                    }
+                    running.1 += d;
+                    if s.state.gil() {
+                        let g = gil.entry(profile.threads()[thread].pid).or_default();
+                        if let Some(l) = line {
+                            *g.0.entry(l).or_default() += d;
+                        }
+                        g.1 += d;
+                    }
+                }
+            }
+            if waited_for {
+                own.push(mine);
+            }
+        }
+        Some(CriticalPath {
+            length_us: end_us.saturating_sub(start_us),
+            on_path,
+            own,
+            gil: gil.into_values().collect(),
+            running,
+            cpus: opts.cpus,
+            interval_us,
+        })
+    }
+
+    /// The thread of `thread`'s process that ended its wait at `t` by handing over: the only
+    /// one that was doing work just before and, just after, was gone or waiting itself (a
+    /// server thread that answered, a joined thread, a client that sent its request).
+    fn handover(
+        &mut self,
+        thread: usize,
+        t: u64,
+        timelines: &Timelines,
+        steps: &[Option<Step>],
+        interval_us: u64,
+    ) -> Option<usize> {
+        let threads = self.profile.threads();
+        let pid = threads[thread].pid;
+        let mut handed_over = (0..timelines.by_thread.len()).filter(|&o| {
+            o != thread
+                && threads[o].pid == pid
+                && timelines.at(o, t - 1).is_some_and(|i| matches!(steps[i], Some(Step::Own(Some(_)))))
+                && match timelines.at(o, t + interval_us / 2) {
+                    None => true,
+                    Some(i) => !matches!(steps[i], Some(Step::Own(_))),
+                }
+        });
+        let only = handed_over.next()?;
+        handed_over.next().is_none().then_some(only)
+    }
+
+    /// The thread that woke `thread`, whose wait ended at `t`: of the other threads doing work
+    /// just before `t`, one that finished or began to wait within a tick after (a joined thread,
+    /// a producer handing over), else the one that worked the most in the ticks before.
+    fn waker(
+        &mut self,
+        thread: usize,
+        t: u64,
+        timelines: &Timelines,
+        steps: &[Option<Step>],
+        interval_us: u64,
+    ) -> Option<usize> {
+        let working = |o: usize, at: u64| {
+            timelines.at(o, at).is_some_and(|i| matches!(steps[i], Some(Step::Own(_) | Step::Io(_))))
+        };
+        let candidates: Vec<usize> =
+            (0..timelines.by_thread.len()).filter(|&o| o != thread && working(o, t - 1)).collect();
+        candidates.into_iter().max_by_key(|&o| {
+            (1..=LOOKBACK_TICKS).filter(|k| t > k * interval_us && working(o, t - k * interval_us)).count()
+        })
+    }
+}

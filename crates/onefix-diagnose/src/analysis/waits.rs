@@ -1,0 +1,258 @@
+//! Wait-for attribution: a thread that waits for a lock, or for the GIL, that another thread
+//! holds is charged to what the holder does meanwhile, not to the line that waits. The line to
+//! change is the holder's (the slow work under the lock); the waits it causes are its evidence.
+//!
+//! The holder is read off the samples taken at the same tick:
+//! - the GIL: the thread the interpreter says holds it (py-spy reads it from memory), for a
+//!   Python thread that the kernel saw in a futex wait at a line that takes no lock;
+//! - a Python lock: the thread whose stack is inside the block the lock guards (`with lock:`'s
+//!   body, or the lines up to `lock.release()`);
+//! - any other lock: the one thread of the process running user code at that tick, when there
+//!   is exactly one (otherwise the wait stays where it is: no guess).
+//!
+//! When the holder itself waits for a lock or the GIL, the charge passes on to its holder, as
+//! wPerf's cascade does, a few hops at most. No wait is counted twice: each waiting sample is
+//! charged once, to the one holder of that tick.
+
+use super::*;
+
+/// Hops followed from a waiter to its holder's holder.
+const MAX_CASCADE: usize = 4;
+
+/// What a waiting sample waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) enum Cause {
+    Lock,
+    Gil,
+}
+
+/// A waiting sample charged to its holder: through the holder's stack at that tick.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Recharge {
+    pub stack: StackId,
+    /// Whether the holder was running (its work) or itself waiting (I/O under the lock).
+    pub running: bool,
+    pub cause: Cause,
+    /// The line the waiter waited at.
+    pub waited_at: usize,
+}
+
+/// Each thread's samples as time intervals, to find what another thread did at a given tick.
+pub(super) struct Timelines {
+    /// By thread: (start µs, end µs, sample index), in time order.
+    pub by_thread: Vec<Vec<(u64, u64, usize)>>,
+}
+
+impl Timelines {
+    pub fn of(profile: &Profile) -> Option<Timelines> {
+        let WeightUnit::Samples { interval_us } = profile.meta.weight_unit else { return None };
+        let mut by_thread: Vec<Vec<(u64, u64, usize)>> = vec![Vec::new(); profile.threads().len()];
+        for (i, s) in profile.samples.iter().enumerate() {
+            let end = s.time_us + s.weight as u64 * interval_us;
+            by_thread[s.thread as usize].push((s.time_us, end, i));
+        }
+        for t in &mut by_thread {
+            t.sort_by_key(|&(start, _, i)| (start, i));
+        }
+        Some(Timelines { by_thread })
+    }
+
+    /// The sample of `thread` taken at `t`: the last one started at or before it, if it still
+    /// covers `t`.
+    pub fn at(&self, thread: usize, t: u64) -> Option<usize> {
+        let line = &self.by_thread[thread];
+        let after = line.partition_point(|&(start, _, _)| start <= t);
+        let &(_, end, i) = line.get(after.checked_sub(1)?)?;
+        (t < end).then_some(i)
+    }
+
+    /// As [`Timelines::at`], but a sample that ended less than `slack` µs before `t` still
+    /// counts: the gap a late tick leaves between two samples is the same thread going on.
+    pub fn near(&self, thread: usize, t: u64, slack: u64) -> Option<usize> {
+        let line = &self.by_thread[thread];
+        let after = line.partition_point(|&(start, _, _)| start <= t);
+        let &(_, end, i) = line.get(after.checked_sub(1)?)?;
+        (t < end + slack).then_some(i)
+    }
+}
+
+impl Engine<'_> {
+    /// Whether the stack waits for a lock (a knowledge-base lock entry, while blocked).
+    pub(super) fn lock_wait(&mut self, stack: Option<StackId>) -> bool {
+        let Some(i) = self.stack(stack) else { return false };
+        self.stack_facts[i].cost.iter().any(|&e| {
+            let spec = &self.kb.entries[e as usize].spec;
+            spec.kind == Kind::LockContention && spec.when == When::Blocked
+        })
+    }
+
+    /// Whether a sample is a Python thread queuing for the GIL: off a CPU in a futex wait, at a
+    /// line that takes no lock and parks for nothing, while the GIL is held by another thread.
+    fn gil_wait(&mut self, s: &Sample) -> bool {
+        if s.state.active() || s.state.gil() || !s.state.futex() {
+            return false;
+        }
+        let Some(i) = self.stack(s.stack) else { return false };
+        let facts = &self.stack_facts[i];
+        let python_leaf = facts.leaf.is_some_and(|f| self.profile.frame(f).kind == FrameKind::Python);
+        python_leaf && facts.idle.is_none() && facts.line.is_some() && !self.lock_wait(s.stack)
+    }
+
+    /// Waiting samples to charge to their holder's line instead of their own, by sample index.
+    pub(super) fn wait_for(&mut self, mode: Mode, timelines: Option<&Timelines>) -> HashMap<usize, Recharge> {
+        let mut out = HashMap::new();
+        let Some(timelines) = timelines.filter(|_| mode == Mode::Wall) else { return out };
+        let profile = self.profile;
+        // The block each lock line guards, by the waiter's line: looked up once.
+        let mut guarded: HashMap<usize, Option<(FrameId, u32, u32)>> = HashMap::new();
+        for (i, s) in profile.samples.iter().enumerate() {
+            if self.running(s) {
+                continue;
+            }
+            let cause = if self.gil_wait(s) {
+                Cause::Gil
+            } else if self.lock_wait(s.stack) {
+                Cause::Lock
+            } else {
+                continue;
+            };
+            let Some(waited_at) = self.line_of(s.stack) else { continue };
+            let mut at = i;
+            let mut cause_now = cause;
+            let mut charge = None;
+            for _ in 0..MAX_CASCADE {
+                let Some(holder) = self.holder(at, cause_now, timelines, &mut guarded) else { break };
+                let h = &profile.samples[holder];
+                let running = self.running(h);
+                let next = if running {
+                    None
+                } else if self.gil_wait(h) {
+                    Some(Cause::Gil)
+                } else if self.lock_wait(h.stack) {
+                    Some(Cause::Lock)
+                } else {
+                    None
+                };
+                match (self.line_of(h.stack), next) {
+                    // Waiting at the same line: no cause found elsewhere.
+                    (Some(line), Some(_)) if line == waited_at => break,
+                    (Some(_), Some(next)) => {
+                        at = holder;
+                        cause_now = next;
+                    }
+                    // Through the holder's stack, even at the waiter's own line: the waiter's
+                    // time is then the holder's work there, not a wait of its own.
+                    (Some(_), None) => {
+                        charge = Some(Recharge { stack: h.stack.unwrap(), running, cause, waited_at });
+                        break;
+                    }
+                    (None, _) => break,
+                }
+            }
+            if let Some(r) = charge {
+                out.insert(i, r);
+            }
+        }
+        out
+    }
+
+    /// The sample of the thread that held what sample `i` waited for, at the same tick.
+    fn holder(
+        &mut self,
+        i: usize,
+        cause: Cause,
+        timelines: &Timelines,
+        guarded: &mut HashMap<usize, Option<(FrameId, u32, u32)>>,
+    ) -> Option<usize> {
+        let profile = self.profile;
+        let s = &profile.samples[i];
+        let pid = profile.threads()[s.thread as usize].pid;
+        let others: Vec<usize> = (0..timelines.by_thread.len())
+            .filter(|&t| t != s.thread as usize && profile.threads()[t].pid == pid)
+            .filter_map(|t| timelines.at(t, s.time_us))
+            .collect();
+        match cause {
+            Cause::Gil => others.into_iter().find(|&o| profile.samples[o].state.gil()),
+            Cause::Lock => {
+                let line = self.line_of(s.stack)?;
+                let block = *guarded.entry(line).or_insert_with(|| {
+                    let frame = self.lines[line].frame;
+                    let f = profile.frame(frame);
+                    let path = self.user.resolve(&f.file)?;
+                    let (first, last) = self.source.held_block(&path, f.line)?;
+                    Some((frame, first, last))
+                });
+                match block {
+                    Some((frame, first, last)) => {
+                        let lock = profile.frame(frame);
+                        others.into_iter().find(|&o| {
+                            profile.stack_frames_leaf_first(profile.samples[o].stack).any(|f| {
+                                let f = profile.frame(f);
+                                f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
+                            })
+                        })
+                    }
+                    None => {
+                        let mut working = others.into_iter().filter(|&o| {
+                            let h = &profile.samples[o];
+                            self.running(h) && self.line_of(h.stack).is_some() && self.parked(h.stack).is_none()
+                        });
+                        let only = working.next()?;
+                        working.next().is_none().then_some(only)
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Engine<'_> {
+    /// Says, in a finding at line `l`, the waits of other threads it caused (charged to it by
+    /// [`Engine::wait_for`]): as evidence, in why, and in the fix, which becomes the lock's
+    /// when the waits are for a lock.
+    pub(super) fn say_caused_waits(&mut self, l: usize, finding: &mut Finding, share: &dyn Fn(u64) -> f64) {
+        let mut caused: Vec<((usize, Cause), u64)> = self.lines[l].caused.iter().map(|(&k, &w)| (k, w)).collect();
+        caused.sort_by(|a, b| b.1.cmp(&a.1).then(a.0 .0.cmp(&b.0 .0)));
+        let total: u64 = caused.iter().map(|&(_, w)| w).sum();
+        if total == 0 || share(total) < 0.01 {
+            return;
+        }
+        let place = |engine: &mut Engine, line: usize| {
+            let f = engine.profile.frame(engine.lines[line].frame).clone();
+            let code = engine.code(&f.file, f.line).map(|c| format!(" `{c}`")).unwrap_or_default();
+            (format!("{}:{}{code}", short(&f.file), f.line), f)
+        };
+        for &((line, cause), w) in caused.iter().take(2).rev() {
+            let (at, f) = place(self, line);
+            let frame = match cause {
+                Cause::Lock => format!("other threads waiting for the lock at {at}"),
+                Cause::Gil => format!("other threads queuing for the GIL at {at}"),
+            };
+            finding.evidence.insert(0, Evidence { frame, file: f.file.clone(), line: f.line, share: share(w) });
+        }
+        finding.evidence.truncate(MAX_EVIDENCE);
+        let of = |cause: Cause| caused.iter().filter(|((_, c), _)| *c == cause).map(|&(_, w)| w).sum::<u64>();
+        let (lock, gil) = (of(Cause::Lock), of(Cause::Gil));
+        let b = crate::builtin::Builtins::get();
+        let waits_percent = format!("{:.0}", share(total) * 100.0);
+        let why = std::mem::take(&mut finding.why);
+        let fix = std::mem::take(&mut finding.advice);
+        if lock >= gil {
+            let lock_line = caused.iter().find(|((_, c), _)| *c == Cause::Lock).map(|&((line, _), _)| line).unwrap();
+            let (lock_at, _) = place(self, lock_line);
+            finding.why = b.why(
+                "holds-lock",
+                &[("why", why), ("lock_at", lock_at.clone()), ("waits_percent", waits_percent.clone())],
+            );
+            finding.advice =
+                b.fix("holds-lock", &[("fix", fix), ("lock_at", lock_at), ("waits_percent", waits_percent)]);
+            // A line named only by what it calls is, first of all, what the lock serializes.
+            if matches!(finding.kind, Kind::HotCall | Kind::HotLoopCompute | Kind::BlockingWait) {
+                finding.kind = b.kind("holds-lock");
+            }
+        } else {
+            finding.why = b.why("holds-gil", &[("why", why), ("waits_percent", waits_percent.clone())]);
+            finding.advice = b.fix("holds-gil", &[("fix", fix), ("waits_percent", waits_percent)]);
+        }
+    }
+}
