@@ -60,6 +60,10 @@ pub enum Note {
     NoUserCode {
         dirs: String,
     },
+    /// Python threads waited for the GIL this share of the busy time (charged to its holders).
+    GilQueue {
+        percent: f64,
+    },
     /// A sentence from a collector or a command (asyncio, exec, the memory facts).
     Said(String),
 }
@@ -140,6 +144,10 @@ impl fmt::Display for Note {
             Note::NoUserCode { dirs } => {
                 write!(f, "no sample ran in your code (taken to be under {dirs}); pass --user-code DIR to say where it is")
             }
+            Note::GilQueue { percent } => write!(
+                f,
+                "Python threads queued for the GIL {percent:.0}% of the busy threads' time (charged to the lines that held it): only one thread of a process runs Python code at a time, so more threads do not add speed; for CPU-bound work use processes, or native code that releases the GIL"
+            ),
             Note::Said(s) => f.write_str(s),
         }
     }

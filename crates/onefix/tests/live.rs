@@ -658,3 +658,62 @@ fn a_native_program_is_sampled_with_perf_and_diagnosed_the_same_way() {
     assert_eq!(sleep["kind"], "blocking-wait", "{wall:#}");
     assert_eq!(sleep["rule"], "sleep", "{wall:#}");
 }
+
+// ---- Waits charged to their cause (tests/programs): the holder's line, with the waits as evidence ----
+
+/// The evidence of a finding, as one string per line.
+fn evidence_of(finding: &Value) -> Vec<String> {
+    finding["evidence"].as_array().unwrap().iter().map(|e| e["frame"].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn a_lock_wait_is_charged_to_the_work_held_under_the_lock() {
+    let prog = repo().join("tests/programs/snapshot_store.py");
+    let s = Scratch::new("held-lock");
+    let (report, _) = record(&s, &[], &prog);
+    let top = first_finding(&report);
+    assert_eq!(top["line"], line_of(&prog, "# CULPRIT"), "{top:#}");
+    let lock_line = line_of(&prog, "# LOCK");
+    let evidence = evidence_of(top);
+    assert!(
+        evidence
+            .iter()
+            .any(|e| e.starts_with(&format!("other threads waiting for the lock at snapshot_store.py:{lock_line}"))),
+        "{evidence:?}"
+    );
+    assert!(top["advice"].as_str().unwrap().starts_with("move this work out of the lock"), "{top:#}");
+    assert_eq!(top["gain_basis"], "critical-path", "{top:#}");
+    // Most of the waiting line's time is the holder's: what stays there is the ticks whose
+    // holder was not read inside the block (between two of its statements).
+    let waits = report["findings"].as_array().unwrap().iter().find(|f| f["line"] == lock_line);
+    assert!(waits.map_or(true, |w| w["share"].as_f64().unwrap() < 0.25), "{report:#}");
+}
+
+#[test]
+fn threads_queuing_for_the_gil_are_charged_to_the_line_that_holds_it() {
+    let prog = repo().join("tests/programs/thread_tally.py");
+    let s = Scratch::new("gil");
+    let (report, _) = record(&s, &[], &prog);
+    let top = first_finding(&report);
+    assert_eq!(top["line"], line_of(&prog, "# CULPRIT"), "{top:#}");
+    assert!(evidence_of(top).iter().any(|e| e.starts_with("other threads queuing for the GIL")), "{top:#}");
+    assert_ne!(top["kind"], "blocking-wait", "a GIL wait is no wait of the line's own: {top:#}");
+    let notes: Vec<&str> = report["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes.iter().any(|n| n.starts_with("Python threads queued for the GIL")), "{notes:?}");
+}
+
+#[test]
+fn a_main_thread_that_workers_overlap_gains_on_the_critical_path() {
+    let prog = repo().join("tests/programs/csv_uploader.py");
+    let s = Scratch::new("critical-path");
+    let (report, _) = record(&s, &[], &prog);
+    let top = first_finding(&report);
+    assert_eq!(top["line"], line_of(&prog, "# CULPRIT"), "{top:#}");
+    assert_eq!(top["gain_basis"], "critical-path", "{top:#}");
+    // The uploads' sleeps overlap the main thread: removing them gains nothing end to end,
+    // whatever their share of the busy threads' time.
+    let sleep = report["findings"].as_array().unwrap().iter().find(|f| f["line"] == line_of(&prog, "time.sleep(0.03)"));
+    if let Some(sleep) = sleep {
+        assert!(sleep["max_speedup"].as_f64().unwrap() < 1.2, "{sleep:#}");
+    }
+}

@@ -18,6 +18,18 @@ pub(super) fn combine(a: Option<f64>, b: Option<f64>, b_part: f64) -> Option<f64
 /// Evidence lines kept per finding.
 pub(super) const MAX_EVIDENCE: usize = 6;
 
+/// The evidence of two findings that become one: a frame both name is one line, with the two
+/// shares added (they are of different samples, charged to different lines).
+pub(super) fn join_evidence(into: &mut Vec<crate::Evidence>, more: impl IntoIterator<Item = crate::Evidence>) {
+    for e in more {
+        match into.iter_mut().find(|x| x.frame == e.frame) {
+            Some(x) => x.share += e.share,
+            None => into.push(e),
+        }
+    }
+    into.truncate(MAX_EVIDENCE);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,8 +45,7 @@ impl Engine<'_> {
                 effect.line,
                 effect.share * 100.0
             );
-            target.evidence.extend(effect.evidence);
-            target.evidence.truncate(MAX_EVIDENCE);
+            join_evidence(&mut target.evidence, effect.evidence);
             i = 0;
         }
     }
@@ -87,7 +86,11 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
             max_speedup: combine(first.max_speedup, second.max_speedup, 1.0),
             bound_weight: first.bound_weight.max(second.bound_weight),
             why: format!("{}; the same work goes on at line {} ({:.0}%)", first.why, second.line, second.share * 100.0),
-            evidence: first.evidence.iter().chain(&second.evidence).take(MAX_EVIDENCE).cloned().collect(),
+            evidence: {
+                let mut evidence = first.evidence.clone();
+                join_evidence(&mut evidence, second.evidence.iter().cloned());
+                evidence
+            },
             ..first
         };
     }

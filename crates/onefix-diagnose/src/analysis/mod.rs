@@ -23,7 +23,7 @@ mod merge;
 mod rules;
 mod threads;
 mod waits;
-use bound::{combine, speedup, MAX_EVIDENCE};
+use bound::{combine, join_evidence, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
 
 #[derive(Clone, Debug)]
@@ -68,6 +68,8 @@ const MIN_FINDING_WEIGHT: u64 = 5;
 pub const MIN_BUSY_SAMPLES: u64 = 40;
 /// A knowledge-base entry explains a line when it is under this fraction of the line's weight.
 const ENTRY_EXPLAINS: f64 = 0.3;
+/// GIL waits from this share of the busy time up are said in a note: the threads mostly queue.
+const GIL_QUEUE_NOTE: f64 = 0.2;
 /// Waits at a line are counted in windows of this length to tell how many are in flight at once.
 const IN_FLIGHT_WINDOW_US: u64 = 50_000;
 /// Network waits with at least this many in flight (mean over the windows) already overlap:
@@ -493,8 +495,7 @@ impl Engine<'_> {
                 prev.max_speedup = combine(prev.max_speedup, finding.max_speedup, 1.0);
                 // Their stretches overlap: the longer one stands for both.
                 prev.bound_weight = prev.bound_weight.max(finding.bound_weight);
-                prev.evidence.extend(finding.evidence);
-                prev.evidence.truncate(MAX_EVIDENCE);
+                join_evidence(&mut prev.evidence, finding.evidence);
                 continue;
             }
             findings.push(finding);
@@ -560,6 +561,16 @@ impl Engine<'_> {
         }
         if cut_short > 0 && share(cut_short) >= 0.01 {
             notes.push(Note::CutShort { percent: share(cut_short) * 100.0 });
+        }
+        let gil_queue: u64 = self
+            .lines
+            .iter()
+            .flat_map(|l| &l.caused)
+            .filter(|((_, c), _)| *c == waits::Cause::Gil)
+            .map(|(_, w)| w)
+            .sum();
+        if share(gil_queue) >= GIL_QUEUE_NOTE {
+            notes.push(Note::GilQueue { percent: share(gil_queue) * 100.0 });
         }
         if self.lines.iter().all(|l| l.weight == 0) && busy_weight > 0 {
             let dirs: Vec<String> = self.user.dirs().iter().map(|d| d.display().to_string()).collect();

@@ -222,13 +222,24 @@ impl Engine<'_> {
             let code = engine.code(&f.file, f.line).map(|c| format!(" `{c}`")).unwrap_or_default();
             (format!("{}:{}{code}", short(&f.file), f.line), f)
         };
-        for &((line, cause), w) in caused.iter().take(2).rev() {
-            let (at, f) = place(self, line);
-            let frame = match cause {
+        // By the place they waited at, as said: two frames of one line (a generator's and its
+        // function's) are one place.
+        let mut places: Vec<(String, Cause, FrameId, u64)> = Vec::new();
+        for &((line, cause), w) in &caused {
+            let (at, _) = place(self, line);
+            match places.iter_mut().find(|(a, c, _, _)| *a == at && *c == cause) {
+                Some(p) => p.3 += w,
+                None => places.push((at, cause, self.lines[line].frame, w)),
+            }
+        }
+        places.sort_by_key(|p| std::cmp::Reverse(p.3));
+        for (at, cause, frame, w) in places.into_iter().take(2).rev() {
+            let f = self.profile.frame(frame);
+            let said = match cause {
                 Cause::Lock => format!("other threads waiting for the lock at {at}"),
                 Cause::Gil => format!("other threads queuing for the GIL at {at}"),
             };
-            finding.evidence.insert(0, Evidence { frame, file: f.file.clone(), line: f.line, share: share(w) });
+            finding.evidence.insert(0, Evidence { frame: said, file: f.file.clone(), line: f.line, share: share(w) });
         }
         finding.evidence.truncate(MAX_EVIDENCE);
         let of = |cause: Cause| caused.iter().filter(|((_, c), _)| *c == cause).map(|&(_, w)| w).sum::<u64>();
