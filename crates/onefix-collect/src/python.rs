@@ -465,13 +465,13 @@ impl Sampler for PythonSampler {
             }
             match read {
                 Ok(traces) => {
-                    // A thread that waits while another holds the GIL may be queuing for it, or
-                    // waiting for I/O at the same line: the kernel tells which (a futex), read
-                    // only then, so an idle program costs no extra reads.
+                    // A thread without the GIL while another holds it may be queuing for it
+                    // (runnable, or asleep in the GIL's futex), waiting for I/O at the same line,
+                    // or running C code that let the GIL go: the kernel tells which (a futex),
+                    // read only then, so an idle program costs no extra reads.
                     let gil_held = traces.iter().any(|t| t.owns_gil);
                     for trace in &traces {
                         let futex = gil_held
-                            && !trace.active
                             && !trace.owns_gil
                             && !trace.frames.is_empty()
                             && process::in_futex_wait(spy.pid, thread_key(trace));

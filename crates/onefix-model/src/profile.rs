@@ -330,6 +330,17 @@ pub struct Profile {
     latest: HashMap<ThreadId, usize>,
 }
 
+/// Virtual thread ids start here, far above any Linux tid (at most 2^22): an asyncio task's
+/// samples moved off its event loop's thread, which is the one OS thread they ran on.
+pub const TASK_TID_BASE: u64 = 1 << 40;
+
+impl ThreadInfo {
+    /// Whether the thread is a virtual one (an asyncio task) rather than an OS thread.
+    pub fn is_virtual(&self) -> bool {
+        self.tid >= TASK_TID_BASE
+    }
+}
+
 /// Consecutive samples of a thread with the same stack and state within this span are kept
 /// as one, with their weights added: a steady thread costs memory per span, not per tick.
 pub const MERGE_SPAN_US: u64 = 100_000;

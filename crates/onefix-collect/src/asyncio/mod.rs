@@ -36,8 +36,7 @@ pub const HELPER_THREAD: &str = "onefix-asyncio";
 /// At most this many tasks waiting for one another are followed up from a waiting task.
 const MAX_PARENTS: usize = 8;
 
-/// Virtual thread ids of tasks start here: far above any Linux tid (at most 2^22).
-pub const TASK_TID_BASE: u64 = 1 << 40;
+pub use onefix_model::TASK_TID_BASE;
 
 /// Decides whether a task's await chain (outermost first) parks it for want of work (a queue,
 /// an event, an `accept`): knowledge the diagnosis keeps as data, passed in by the caller.

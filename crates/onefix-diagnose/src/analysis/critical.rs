@@ -20,6 +20,8 @@
 use super::waits::{Recharge, Timelines};
 use super::*;
 
+/// A thread read this many ticks late is still the same thread going on.
+const LATE_TICKS: u64 = 3;
 /// Ticks looked back to tell which of several working threads woke a waiter.
 const LOOKBACK_TICKS: u64 = 5;
 
@@ -53,16 +55,21 @@ pub(super) struct CriticalPath {
     running: (HashMap<usize, u64>, u64),
     cpus: Option<u32>,
     interval_us: u64,
+    /// Each line's source line (file and line number) as a number: the frames of one source
+    /// line in two functions (a generator expression and the function around it) are one line
+    /// to remove.
+    source_of: Vec<usize>,
 }
 
 impl CriticalPath {
     /// The predicted speedup if `lines` cost nothing, with the path's length in samples.
     pub fn speedup(&self, lines: &[usize]) -> Option<f64> {
         let t = self.length_us as f64;
-        let without = |(by_line, total): &(HashMap<usize, u64>, u64)| {
-            total.saturating_sub(lines.iter().map(|l| by_line.get(l).copied().unwrap_or(0)).sum::<u64>()) as f64
-        };
-        let on_path: u64 = lines.iter().map(|l| self.on_path.get(l).copied().unwrap_or(0)).sum();
+        let removed = |l: &usize| lines.iter().any(|&r| self.source_of.get(r) == self.source_of.get(*l));
+        let sum =
+            |by_line: &HashMap<usize, u64>| by_line.iter().filter(|(l, _)| removed(l)).map(|(_, w)| w).sum::<u64>();
+        let without = |(by_line, total): &(HashMap<usize, u64>, u64)| total.saturating_sub(sum(by_line)) as f64;
+        let on_path = sum(&self.on_path);
         let mut remaining = t - on_path as f64;
         for own in &self.own {
             remaining = remaining.max(without(own));
@@ -85,12 +92,14 @@ impl CriticalPath {
 }
 
 impl Engine<'_> {
-    fn step(&mut self, i: usize, recharges: &HashMap<usize, Recharge>) -> Step {
+    /// `moved`: torn or empty reads the diagnosis placed at a line (by sample index).
+    fn step(&mut self, i: usize, recharges: &HashMap<usize, Recharge>, moved: &HashMap<usize, usize>) -> Step {
         let s = &self.profile.samples[i];
         if let Some(r) = recharges.get(&i) {
             return Step::Own(self.line_of(Some(r.stack)));
         }
-        let Some(k) = self.stack(s.stack) else { return Step::Own(None) };
+        let Some(k) = self.stack(s.stack) else { return Step::Own(moved.get(&i).copied()) };
+        let line = moved.get(&i).copied().or(self.stack_facts[k].line);
         let woken = self.stack_facts[k].idle.is_some_and(|e| self.kb.entries[e as usize].spec.woken_by_thread)
             || (!self.running(s) && self.lock_wait(s.stack))
             || (s.state.futex() && !s.state.active() && !s.state.gil());
@@ -100,9 +109,9 @@ impl Engine<'_> {
             // An event loop's wait counts as its thread's time only where user code waits in it.
             Step::Idle
         } else if !self.running(s) && !self.on_timer(s.stack) {
-            Step::Io(self.stack_facts[k].line)
+            Step::Io(line)
         } else {
-            Step::Own(self.stack_facts[k].line)
+            Step::Own(line)
         }
     }
 
@@ -112,6 +121,7 @@ impl Engine<'_> {
         &mut self,
         timelines: Option<&Timelines>,
         recharges: &HashMap<usize, Recharge>,
+        moved: &HashMap<usize, usize>,
         background: &[bool],
         opts: &Options,
     ) -> Option<CriticalPath> {
@@ -124,7 +134,8 @@ impl Engine<'_> {
             return None;
         }
         let nthreads = timelines.by_thread.len();
-        let steps: Vec<Option<Step>> = (0..profile.samples.len()).map(|i| Some(self.step(i, recharges))).collect();
+        let steps: Vec<Option<Step>> =
+            (0..profile.samples.len()).map(|i| Some(self.step(i, recharges, moved))).collect();
         let end_of = |t: usize| timelines.by_thread[t].last().map(|&(_, end, _)| end);
         let start_us = profile.samples.iter().map(|s| s.time_us).min()?;
         let end_us = (0..nthreads).filter_map(end_of).max()?;
@@ -142,8 +153,11 @@ impl Engine<'_> {
         let mut t = end_of(main)?;
         // Switches since the path last moved back in time: more than the threads is a cycle.
         let mut switches = 0usize;
+        let mut gaps_us = 0u64;
+        // The user line the thread on the path works for, when it runs no user code itself.
+        let mut behalf: Option<usize> = None;
         while t > start_us {
-            let Some(i) = timelines.near(cur, t - 1, interval_us) else {
+            let Some(i) = timelines.near(cur, t - 1, LATE_TICKS * interval_us) else {
                 // The thread did not run then: it had not started, or was not sampled. The path
                 // goes on in a thread that did work then; failing that, it skips the gap.
                 let next =
@@ -153,6 +167,7 @@ impl Engine<'_> {
                 match next {
                     Some((o, _)) if switches <= nthreads => {
                         cur = o;
+                        behalf = None;
                         switches += 1;
                     }
                     _ => {
@@ -165,6 +180,9 @@ impl Engine<'_> {
                             .filter(|&e| e < t)
                             .max()
                             .unwrap_or(start_us);
+                        // No thread was read then (the sampler fell behind): time the path
+                        // cannot place, left out of its length rather than charged to what stays.
+                        gaps_us += t - before.max(start_us);
                         t = before.max(start_us);
                         switches = 0;
                     }
@@ -187,13 +205,20 @@ impl Engine<'_> {
                     _ => None,
                 });
                 if let Some(next) = next {
+                    // Work the waker does outside the user's code (a client library's runtime
+                    // thread setting up TLS) is done for the line that waits for it.
+                    behalf = self.line_of(profile.samples[i].stack).or(behalf);
                     cur = next;
                     switches += 1;
                     continue;
                 }
             }
             let charged = match step {
-                Step::Own(line) | Step::Io(line) => line,
+                Step::Own(None) | Step::Io(None) => behalf,
+                Step::Own(line) | Step::Io(line) => {
+                    behalf = None;
+                    line
+                }
                 Step::Woken => self.line_of(profile.samples[i].stack),
                 Step::Idle => None,
             };
@@ -233,6 +258,12 @@ impl Engine<'_> {
         // What must still run once a line is gone: each thread's own time (but a background
         // timer's, which the end does not wait for), each Python process's time holding the
         // GIL, the CPU work.
+        let mut runnable: HashMap<u64, u32> = HashMap::new();
+        for s in &profile.samples {
+            if self.running(s) {
+                *runnable.entry(s.time_us / interval_us).or_default() += 1;
+            }
+        }
         let mut own: Vec<(HashMap<usize, u64>, u64)> = Vec::new();
         let mut gil: HashMap<u32, (HashMap<usize, u64>, u64)> = HashMap::new();
         let mut running: (HashMap<usize, u64>, u64) = (HashMap::new(), 0);
@@ -242,7 +273,7 @@ impl Engine<'_> {
             for &(start, end, i) in samples {
                 let d = end - start;
                 let s = &profile.samples[i];
-                let line = self.line_of(s.stack);
+                let line = moved.get(&i).copied().or(self.line_of(s.stack));
                 if let (Some(Step::Own(own_line) | Step::Io(own_line)), false) = (steps[i], answered.contains(&i)) {
                     // A wait charged to its holder is the holder's line's time.
                     if let Some(l) = own_line {
@@ -251,10 +282,16 @@ impl Engine<'_> {
                     mine.1 += d;
                 }
                 if self.running(s) {
+                    // Runnable is not on a CPU: with more runnable threads than CPUs at a tick,
+                    // each had its share of them.
+                    let on_cpu = match (opts.cpus, runnable.get(&(s.time_us / interval_us))) {
+                        (Some(cpus), Some(&n)) if n > cpus => d * cpus as u64 / n as u64,
+                        _ => d,
+                    };
                     if let Some(l) = line {
-                        *running.0.entry(l).or_default() += d;
+                        *running.0.entry(l).or_default() += on_cpu;
                     }
-                    running.1 += d;
+                    running.1 += on_cpu;
                     if s.state.gil() {
                         let g = gil.entry(profile.threads()[thread].pid).or_default();
                         if let Some(l) = line {
@@ -268,8 +305,19 @@ impl Engine<'_> {
                 own.push(mine);
             }
         }
+        let mut sources: HashMap<(&str, u32), usize> = HashMap::new();
+        let source_of = self
+            .lines
+            .iter()
+            .map(|acc| {
+                let f = profile.frame(acc.frame);
+                let next = sources.len();
+                *sources.entry((f.file.as_str(), f.line)).or_insert(next)
+            })
+            .collect();
         Some(CriticalPath {
-            length_us: end_us.saturating_sub(start_us),
+            source_of,
+            length_us: end_us.saturating_sub(start_us).saturating_sub(gaps_us),
             on_path,
             own,
             gil: gil.into_values().collect(),

@@ -133,8 +133,10 @@ impl Engine<'_> {
 
     /// Whether the sample's thread was running: the state it was read in, unless its stack
     /// shows it inside a call that waits.
+    /// A thread the kernel saw in a futex wait is waiting (for a lock or the GIL) even when it
+    /// was runnable: just woken, it had not got the lock back.
     pub(super) fn running(&mut self, s: &Sample) -> bool {
-        s.state.active() && !self.stack(s.stack).is_some_and(|i| self.stack_facts[i].waiting_call)
+        s.state.active() && !s.state.futex() && !self.stack(s.stack).is_some_and(|i| self.stack_facts[i].waiting_call)
     }
 
     pub(super) fn incomplete(&mut self, stack: Option<StackId>) -> bool {

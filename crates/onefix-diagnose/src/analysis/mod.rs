@@ -236,7 +236,7 @@ impl Engine<'_> {
         let mut idle_at: HashMap<usize, u64> = HashMap::new();
         // Reads that could not be charged (torn with no user frame, or empty), and the clean
         // stacks charged to a line by innermost frame, to place them afterwards (see below).
-        let mut unplaced: Vec<&Sample> = Vec::new();
+        let mut unplaced: Vec<(usize, &Sample)> = Vec::new();
         let mut cut_short = 0u64;
         let mut clean = CleanByLeaf::default();
         // Every charged read, by thread and time: the reads around an unplaced one.
@@ -277,13 +277,13 @@ impl Engine<'_> {
             let Some(i) = self.stack(s.stack) else {
                 // No frames at all: a torn read or a thread outside the interpreter.
                 incomplete += w;
-                unplaced.push(s);
+                unplaced.push((index, s));
                 continue;
             };
             let facts = &self.stack_facts[i];
             if facts.line.is_none() && facts.truncated {
                 incomplete += w;
-                unplaced.push(s);
+                unplaced.push((index, s));
                 continue;
             }
             busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
@@ -317,8 +317,10 @@ impl Engine<'_> {
         // very frame, its function's, then its file's say where it belongs.
         let mut recovered = 0u64;
         let mut by_leaf: HashMap<FrameId, Option<StackId>> = HashMap::new();
-        let mut still_unplaced: Vec<&Sample> = Vec::new();
-        for s in unplaced {
+        let mut still_unplaced: Vec<(usize, &Sample)> = Vec::new();
+        // Reads placed this way, by sample index: the critical path charges them there too.
+        let mut moved: HashMap<usize, usize> = HashMap::new();
+        for (index, s) in unplaced {
             let leaf = self.stack(s.stack).and_then(|i| self.stack_facts[i].leaf);
             let stack = leaf.and_then(|leaf| match by_leaf.get(&leaf) {
                 Some(&known) => known,
@@ -331,10 +333,11 @@ impl Engine<'_> {
             let Some((stack, line)) =
                 stack.and_then(|st| Some((st, self.stack(Some(st)).and_then(|i| self.stack_facts[i].line)?)))
             else {
-                still_unplaced.push(s);
+                still_unplaced.push((index, s));
                 continue;
             };
             let w = self.place(s, line, stack, (window_us, nwindows), &mut busy_timeline, &mut active_windows);
+            moved.insert(index, line);
             incomplete -= w;
             recovered += w;
             placed.push((s.thread, s.time_us, line, stack));
@@ -346,7 +349,7 @@ impl Engine<'_> {
         // most likely was.
         placed.sort_unstable_by_key(|&(thread, t, _, _)| (thread, t));
         let mut bracketed = 0u64;
-        for s in still_unplaced {
+        for (index, s) in still_unplaced {
             let from = placed.partition_point(|&(thread, t, _, _)| (thread, t) <= (s.thread, s.time_us));
             let (Some(before), Some(after)) = (from.checked_sub(1).map(|i| placed[i]), placed.get(from).copied())
             else {
@@ -356,14 +359,19 @@ impl Engine<'_> {
                 continue;
             }
             let w = self.place(s, before.2, before.3, (window_us, nwindows), &mut busy_timeline, &mut active_windows);
+            moved.insert(index, before.2);
             incomplete -= w;
             bracketed += w;
         }
         let busy_weight = total_weight - idle_weight - incomplete;
         // Several threads working in a run that went to its end: the gain is read off the
-        // critical path, not the summed busy time (critical.rs).
-        let path = if works.iter().filter(|&&w| w).count() > 1 {
-            self.critical_path(timelines.as_ref(), &recharges, &background, opts)
+        // critical path, not the summed busy time (critical.rs). One working thread keeps the
+        // share of the stretch where the line recurs: its steady state, which is what a
+        // throughput (tokens per second, requests per second) measures.
+        // (An asyncio task's virtual thread is its loop's OS thread.)
+        let threads = profile.threads();
+        let path = if (0..works.len()).filter(|&t| works[t] && !threads[t].is_virtual()).count() > 1 {
+            self.critical_path(timelines.as_ref(), &recharges, &moved, &background, opts)
         } else {
             None
         };
@@ -491,8 +499,12 @@ impl Engine<'_> {
             // Several lines repeated by one loop are one finding at that loop.
             if let Some(prev) = findings.iter_mut().find(|f| f.file == finding.file && f.line == finding.line) {
                 prev.share += finding.share;
-                // Amdahl over the two lines' steady shares, recovered from their bounds.
-                prev.max_speedup = combine(prev.max_speedup, finding.max_speedup, 1.0);
+                // Amdahl over the two lines' steady shares, recovered from their bounds; on the
+                // critical path, the bound already removed every frame of this source line.
+                prev.max_speedup = match finding.gain_basis {
+                    GainBasis::CriticalPath => prev.max_speedup.or(finding.max_speedup),
+                    _ => combine(prev.max_speedup, finding.max_speedup, 1.0),
+                };
                 // Their stretches overlap: the longer one stands for both.
                 prev.bound_weight = prev.bound_weight.max(finding.bound_weight);
                 join_evidence(&mut prev.evidence, finding.evidence);

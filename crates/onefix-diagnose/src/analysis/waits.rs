@@ -78,18 +78,24 @@ impl Timelines {
 
 impl Engine<'_> {
     /// Whether the stack waits for a lock (a knowledge-base lock entry, while blocked).
+    /// A thread parked for want of work, or joining others, waits in a lock too (a queue's
+    /// condition, a thread's end-of-life lock): it is parked, not contending.
     pub(super) fn lock_wait(&mut self, stack: Option<StackId>) -> bool {
         let Some(i) = self.stack(stack) else { return false };
+        if self.stack_facts[i].idle.is_some() {
+            return false;
+        }
         self.stack_facts[i].cost.iter().any(|&e| {
             let spec = &self.kb.entries[e as usize].spec;
             spec.kind == Kind::LockContention && spec.when == When::Blocked
         })
     }
 
-    /// Whether a sample is a Python thread queuing for the GIL: off a CPU in a futex wait, at a
-    /// line that takes no lock and parks for nothing, while the GIL is held by another thread.
+    /// Whether a sample is a Python thread queuing for the GIL: in a futex wait (asleep, or
+    /// just woken and runnable), at a line that takes no lock and parks for nothing, while the
+    /// GIL is held by another thread.
     fn gil_wait(&mut self, s: &Sample) -> bool {
-        if s.state.active() || s.state.gil() || !s.state.futex() {
+        if s.state.gil() || !s.state.futex() {
             return false;
         }
         let Some(i) = self.stack(s.stack) else { return false };
