@@ -25,6 +25,28 @@ const LATE_TICKS: u64 = 3;
 /// Ticks looked back to tell which of several working threads woke a waiter.
 const LOOKBACK_TICKS: u64 = 5;
 
+/// Client and server threads: a server works this share of its client's waits at a line...
+const SERVES: f64 = 0.8;
+/// ...and at most this share of the time its client works...
+const IDLE_BESIDE: f64 = 0.25;
+/// ...over at least this many ticks of waiting.
+const MIN_PAIRED_TICKS: u64 = 20;
+/// Threads taking turns faster than a tick: together no more than this times one thread's time...
+const TURNS_SLACK: f64 = 1.1;
+/// ...with the client waiting at the line at least this share of its time.
+const TURNS_MIN_WAIT: f64 = 0.3;
+/// Past this many threads the pairs are not looked for (the overlap is counted per pair).
+const MAX_PAIRED_THREADS: usize = 64;
+
+/// Threads that call each other synchronously (see [`Engine::client_server_pairs`]).
+#[derive(Default)]
+struct ClientServer {
+    /// (client thread, the line it waits at) -> the thread that serves those waits.
+    server: HashMap<(usize, Option<usize>), usize>,
+    /// A server thread -> its client.
+    client: HashMap<usize, usize>,
+}
+
 /// What a sample on the path does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -148,6 +170,7 @@ impl Engine<'_> {
             .max_by_key(|&t| (profile.threads()[t].pid == root, end_of(t)))
             .or_else(|| (0..nthreads).max_by_key(|&t| end_of(t)))?;
 
+        let pairs = self.client_server_pairs(timelines, &steps, interval_us);
         let mut on_path: HashMap<usize, u64> = HashMap::new();
         let mut cur = main;
         let mut t = end_of(main)?;
@@ -199,8 +222,16 @@ impl Engine<'_> {
                     None => true,
                     Some(next) => steps[next] != Some(step),
                 };
+                let working = |x: usize| timelines.at(x, t - 1).is_some_and(|k| matches!(steps[k], Some(Step::Own(_))));
+                // A wait another thread of the program serves (found over the whole run), or a
+                // server waiting for its one client, goes to that thread while it works.
+                let served = match step {
+                    Step::Io(line) => pairs.server.get(&(cur, line)).copied(),
+                    _ => pairs.client.get(&cur).copied(),
+                }
+                .filter(|&x| working(x));
                 let handed_over = if ends { self.handover(cur, t, timelines, &steps, interval_us) } else { None };
-                let next = handed_over.or_else(|| match step {
+                let next = served.or(handed_over).or_else(|| match step {
                     Step::Woken => self.waker(cur, t, timelines, &steps, interval_us),
                     _ => None,
                 });
@@ -274,7 +305,10 @@ impl Engine<'_> {
                 let d = end - start;
                 let s = &profile.samples[i];
                 let line = moved.get(&i).copied().or(self.line_of(s.stack));
-                if let (Some(Step::Own(own_line) | Step::Io(own_line)), false) = (steps[i], answered.contains(&i)) {
+                let served = matches!(steps[i], Some(Step::Io(l)) if pairs.server.contains_key(&(thread, l)));
+                if let (Some(Step::Own(own_line) | Step::Io(own_line)), false) =
+                    (steps[i], answered.contains(&i) || served)
+                {
                     // A wait charged to its holder is the holder's line's time.
                     if let Some(l) = own_line {
                         *mine.0.entry(l).or_default() += d;
@@ -325,6 +359,77 @@ impl Engine<'_> {
             cpus: opts.cpus,
             interval_us,
         })
+    }
+
+    /// Threads of one process that call each other synchronously (a client and a server thread
+    /// of the program, a caller and the runtime thread it hands work to): over the whole run,
+    /// while the client waits at a line for I/O, one other thread works nearly all the time,
+    /// and while the client works, that thread mostly does not. Too fast a ping-pong for a
+    /// sampler to see each hand-over, but plain in the overlap.
+    fn client_server_pairs(&mut self, timelines: &Timelines, steps: &[Option<Step>], interval_us: u64) -> ClientServer {
+        let profile = self.profile;
+        let threads = profile.threads();
+        let nthreads = timelines.by_thread.len();
+        let mut pairs = ClientServer::default();
+        if nthreads > MAX_PAIRED_THREADS {
+            return pairs;
+        }
+        let own = |k: usize| matches!(steps[k], Some(Step::Own(_)));
+        // (client, line) -> (its waiting time, time each other thread worked meanwhile)
+        let mut waits: HashMap<(usize, Option<usize>), (u64, HashMap<usize, u64>)> = HashMap::new();
+        // client -> (its working time, time each other thread worked meanwhile)
+        let mut works: HashMap<usize, (u64, HashMap<usize, u64>)> = HashMap::new();
+        for (c, samples) in timelines.by_thread.iter().enumerate() {
+            for &(start, end, i) in samples {
+                let d = end - start;
+                let entry = match steps[i] {
+                    Some(Step::Io(line)) => waits.entry((c, line)).or_default(),
+                    Some(Step::Own(_)) => works.entry(c).or_default(),
+                    _ => continue,
+                };
+                entry.0 += d;
+                for x in (0..nthreads).filter(|&x| x != c && threads[x].pid == threads[c].pid) {
+                    if timelines.at(x, start).is_some_and(own) {
+                        *entry.1.entry(x).or_default() += d;
+                    }
+                }
+            }
+        }
+        // Each thread's sampled time, and its time waiting (any wait).
+        let span = |x: usize| timelines.by_thread[x].iter().map(|&(start, end, _)| end - start).sum::<u64>();
+        let waiting = |x: usize| {
+            timelines.by_thread[x].iter().filter(|&&(_, _, i)| !own(i)).map(|&(start, end, _)| end - start).sum::<u64>()
+        };
+        let mut found: Vec<((usize, Option<usize>), usize)> = Vec::new();
+        for (&(c, line), (waited, during)) in &waits {
+            if *waited < MIN_PAIRED_TICKS * interval_us {
+                continue;
+            }
+            let serves = (0..nthreads).filter(|&x| x != c && threads[x].pid == threads[c].pid).find(|&x| {
+                let (c_works, x_beside) = works.get(&c).map_or((0, 0), |(w, b)| (*w, b.get(&x).copied().unwrap_or(0)));
+                let x_during = during.get(&x).copied().unwrap_or(0);
+                // Seen tick by tick: x works while c waits here, and mostly not while c works.
+                let by_ticks =
+                    x_during as f64 >= SERVES * *waited as f64 && x_beside as f64 <= IDLE_BESIDE * c_works as f64;
+                // Turns faster than a tick: the two never use more than one thread's time
+                // between them, x works about as long as c waits here, and x waits too (a
+                // thread busy all along beside a waiting one is not serving it).
+                let x_works = works.get(&x).map_or(0, |(w, _)| *w);
+                let by_turns = (c_works + x_works) as f64 <= TURNS_SLACK * span(c) as f64
+                    && x_works as f64 >= SERVES * *waited as f64
+                    && waiting(x) as f64 >= IDLE_BESIDE * c_works as f64
+                    && *waited as f64 >= TURNS_MIN_WAIT * span(c) as f64;
+                by_ticks || by_turns
+            });
+            if let Some(x) = serves {
+                found.push(((c, line), x));
+            }
+        }
+        for (key, x) in found {
+            pairs.server.insert(key, x);
+            pairs.client.insert(x, key.0);
+        }
+        pairs
     }
 
     /// The thread of `thread`'s process that ended its wait at `t` by handing over: the only

@@ -113,3 +113,77 @@ fn the_gain_of_a_thread_the_end_does_not_wait_for_is_nothing() {
     // Removing the long half leaves the short one: 2 s to 1 s.
     assert!((long.max_speedup.unwrap() - 2.0).abs() < 0.05, "{long:?}");
 }
+
+#[test]
+fn a_client_waiting_on_a_server_thread_of_its_own_program_gains_by_the_servers_work() {
+    // The client sends a request and waits for the reply (80% of the ticks) while a server
+    // thread of the same program hashes; the server waits for the next request while the
+    // client works. Each round trip is shorter than a tick: only the overlap tells who serves.
+    let (dir, app) = write_app(
+        "client-server",
+        "import hashlib, http.client\n\ndef main(conn):\n    for i in range(200):\n        resp = conn.getresponse()\n        rows.append(resp.read())\n\ndef do_GET(self):\n    key = self.headers['key']\n    self.check(key)\n    digest = hashlib.pbkdf2_hmac('sha256', key, SALT, 100_000)\n",
+    );
+    let socket = ("SocketIO.readinto", &*format!("{LIB}/socket.py"), 706);
+    let serve = ("BaseServer.serve_forever", &*format!("{LIB}/socketserver.py"), 233);
+    let mut b = Builder::new();
+    ended(&mut b);
+    for tick in 0..300u64 {
+        let client_waits = tick % 5 != 0;
+        if client_waits {
+            b.add(1, tick * 10, false, &[("<module>", &app, 20), ("main", &app, 5), socket]);
+            b.add(2, tick * 10, true, &[serve, ("do_GET", &app, 11)]);
+        } else {
+            b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 6)]);
+            b.add(2, tick * 10, false, &[serve]);
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let hashing = d.findings.iter().find(|f| f.line == 11).unwrap_or_else(|| panic!("{d:#?}"));
+    assert_eq!(hashing.rank, 1, "{:?}", d.findings);
+    assert!((hashing.max_speedup.unwrap() - 5.0).abs() < 0.3, "{hashing:?}");
+    // The client's wait (reported at its loop) is the server's work: removing the wait
+    // itself gains nothing.
+    let wait =
+        d.findings.iter().find(|f| f.kind == Kind::SerialIo).unwrap_or_else(|| {
+            panic!("{:?}", d.findings.iter().map(|f| (f.line, f.kind, f.share)).collect::<Vec<_>>())
+        });
+    assert_eq!(wait.line, 4, "{wait:?}");
+    assert!(wait.max_speedup.unwrap() < 1.1, "{wait:?}");
+}
+
+#[test]
+fn a_caller_and_the_thread_it_hands_work_to_take_turns_faster_than_a_tick() {
+    // The caller blocks for each reply from a runtime thread that builds a table per request;
+    // a round trip takes a fraction of a tick, so the samples show both threads working at some
+    // ticks and both waiting at others. Between them they use one thread's time: turns.
+    let (dir, app) = write_app(
+        "turns",
+        "import socket\n\ndef main(sock):\n    for key in keys:\n        sock.sendall(key)\n        total += int(sock.recv(64))\n\ndef serve(conn):\n    while True:\n        key = conn.recv(64)\n        table = build_table()\n        conn.sendall(table[key])\n",
+    );
+    let recv = ("socket.recv", &*format!("{LIB}/socket.py"), 1);
+    let mut b = Builder::new();
+    ended(&mut b);
+    for tick in 0..300u64 {
+        let (main_works, runtime_works) = match tick % 10 {
+            0 => (true, true),
+            1 => (false, false),
+            _ => (false, true),
+        };
+        if main_works {
+            b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 5)]);
+        } else {
+            b.add(1, tick * 10, false, &[("<module>", &app, 20), ("main", &app, 6), recv]);
+        }
+        if runtime_works {
+            b.add(2, tick * 10, true, &[("serve", &app, 11)]);
+        } else {
+            b.add(2, tick * 10, false, &[("serve", &app, 10), recv]);
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let table = d.findings.iter().find(|f| f.line == 11).unwrap_or_else(|| panic!("{:?}", d.findings));
+    assert_eq!(table.rank, 1, "{:?}", d.findings);
+    assert!(table.max_speedup.unwrap() > 4.0, "{table:?}");
+}
