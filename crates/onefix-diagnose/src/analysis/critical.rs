@@ -38,6 +38,9 @@ const TURNS_MIN_WAIT: f64 = 0.3;
 /// Past this many threads the pairs are not looked for (the overlap is counted per pair).
 const MAX_PAIRED_THREADS: usize = 64;
 
+/// A thread's time in one state, and the time each other thread worked meanwhile.
+type Overlap = (u64, HashMap<usize, u64>);
+
 /// Threads that call each other synchronously (see [`Engine::client_server_pairs`]).
 #[derive(Default)]
 struct ClientServer {
@@ -376,9 +379,9 @@ impl Engine<'_> {
         }
         let own = |k: usize| matches!(steps[k], Some(Step::Own(_)));
         // (client, line) -> (its waiting time, time each other thread worked meanwhile)
-        let mut waits: HashMap<(usize, Option<usize>), (u64, HashMap<usize, u64>)> = HashMap::new();
+        let mut waits: HashMap<(usize, Option<usize>), Overlap> = HashMap::new();
         // client -> (its working time, time each other thread worked meanwhile)
-        let mut works: HashMap<usize, (u64, HashMap<usize, u64>)> = HashMap::new();
+        let mut works: HashMap<usize, Overlap> = HashMap::new();
         for (c, samples) in timelines.by_thread.iter().enumerate() {
             for &(start, end, i) in samples {
                 let d = end - start;
