@@ -68,6 +68,9 @@ const MIN_FINDING_WEIGHT: u64 = 5;
 pub const MIN_BUSY_SAMPLES: u64 = 40;
 /// A knowledge-base entry explains a line when it is under this fraction of the line's weight.
 const ENTRY_EXPLAINS: f64 = 0.3;
+/// A thread with this share of the weight in user code (working, or waiting there for others)
+/// takes part in the run: with two or more, the gain is read off the critical path.
+const SHARES_THE_WORK: f64 = 0.05;
 /// GIL waits from this share of the busy time up are said in a note: the threads mostly queue.
 const GIL_QUEUE_NOTE: f64 = 0.2;
 /// Waits at a line are counted in windows of this length to tell how many are in flight at once.
@@ -238,6 +241,9 @@ impl Engine<'_> {
         // stacks charged to a line by innermost frame, to place them afterwards (see below).
         let mut unplaced: Vec<(usize, &Sample)> = Vec::new();
         let mut cut_short = 0u64;
+        // Weight in user code, by thread, working or waiting for others there: which threads
+        // take part in the run.
+        let mut thread_busy = vec![0u64; profile.threads().len()];
         let mut clean = CleanByLeaf::default();
         // Every charged read, by thread and time: the reads around an unplaced one.
         let mut placed: Vec<(ThreadId, u64, usize, StackId)> = Vec::new();
@@ -269,6 +275,8 @@ impl Engine<'_> {
                     idle_weight += w;
                     if let Some(line) = self.line_of(s.stack) {
                         *idle_at.entry(line).or_default() += w;
+                        // A thread waiting in its own code for others takes part in the run.
+                        thread_busy[s.thread as usize] += w;
                     }
                     continue;
                 }
@@ -296,6 +304,7 @@ impl Engine<'_> {
                 continue;
             };
             let (truncated, leaf) = (facts.truncated, facts.leaf);
+            thread_busy[s.thread as usize] += w;
             if let Some(r) = recharges.get(&index) {
                 if let Some(holder_line) = self.line_of(Some(r.stack)) {
                     self.charge(holder_line, r.stack, s, r.running, (window, nwindows), true);
@@ -364,13 +373,18 @@ impl Engine<'_> {
             bracketed += w;
         }
         let busy_weight = total_weight - idle_weight - incomplete;
-        // Several threads working in a run that went to its end: the gain is read off the
-        // critical path, not the summed busy time (critical.rs). One working thread keeps the
-        // share of the stretch where the line recurs: its steady state, which is what a
-        // throughput (tokens per second, requests per second) measures.
-        // (An asyncio task's virtual thread is its loop's OS thread.)
+        // Several threads taking part in a run that went to its end (working, or waiting in
+        // their own code for the others): the gain is read off the critical path, not the
+        // summed busy time (critical.rs). A program with one thread keeps the share of the
+        // stretch where the line recurs: its steady state, which is what a throughput (tokens
+        // per second, requests per second) measures. (An asyncio task's virtual thread is its
+        // loop's OS thread.)
         let threads = profile.threads();
-        let path = if (0..works.len()).filter(|&t| works[t] && !threads[t].is_virtual()).count() > 1 {
+        let busy_in_user: u64 = thread_busy.iter().sum();
+        let sharing = (0..threads.len())
+            .filter(|&t| !threads[t].is_virtual() && thread_busy[t] as f64 >= SHARES_THE_WORK * busy_in_user as f64)
+            .count();
+        let path = if sharing > 1 {
             self.critical_path(timelines.as_ref(), &recharges, &moved, &background, opts)
         } else {
             None
