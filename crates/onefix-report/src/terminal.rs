@@ -227,6 +227,14 @@ impl Summary<'_> {
                 _ => {}
             }
             lines.push(gain);
+        } else if self.time_profile() && f.gain_basis != onefix_diagnose::GainBasis::None {
+            // No bound: say why rather than leave the line out.
+            let why = if f.kind == onefix_diagnose::Kind::SerialIo {
+                "the waits are nearly all of the run; overlapping them gains about as many times as calls can run at once, and the slowest call stays, which samples cannot count"
+            } else {
+                "the line is nearly all of the run, so the gain is set by what would stay, too little of it was sampled to measure"
+            };
+            lines.extend(wrap(&format!("no bound from the samples: {why}"), &format!("{INDENT}if this cost went away: "), INDENT, self.opts.width));
         }
         lines
     }
