@@ -234,7 +234,12 @@ impl Summary<'_> {
             } else {
                 "the line is nearly all of the run, so the gain is set by what would stay, too little of it was sampled to measure"
             };
-            lines.extend(wrap(&format!("no bound from the samples: {why}"), &format!("{INDENT}if this cost went away: "), INDENT, self.opts.width));
+            lines.extend(wrap(
+                &format!("no bound from the samples: {why}"),
+                &format!("{INDENT}if this cost went away: "),
+                INDENT,
+                self.opts.width,
+            ));
         }
         lines
     }
