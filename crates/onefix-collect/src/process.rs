@@ -179,6 +179,45 @@ pub fn release_traced_threads(pid: u32) -> usize {
     released
 }
 
+/// The TCP ports `pid` and its descendants listen on: their socket inodes (from
+/// `/proc/PID/fd`) found in the listening rows of `/proc/PID/net/tcp` and `tcp6`. Empty when
+/// nothing can be read.
+pub fn listening_ports(pid: u32) -> Vec<u16> {
+    const LISTEN: &str = "0A";
+    let mut inodes = std::collections::HashSet::new();
+    for p in std::iter::once(pid).chain(descendants(pid)) {
+        let Ok(fds) = fs::read_dir(format!("/proc/{p}/fd")) else { continue };
+        for fd in fds.flatten() {
+            let Ok(link) = fs::read_link(fd.path()) else { continue };
+            if let Some(inode) = link
+                .to_str()
+                .and_then(|l| l.strip_prefix("socket:["))
+                .and_then(|l| l.strip_suffix(']'))
+                .and_then(|n| n.parse::<u64>().ok())
+            {
+                inodes.insert(inode);
+            }
+        }
+    }
+    let mut ports: Vec<u16> = ["tcp", "tcp6"]
+        .iter()
+        .filter_map(|f| fs::read_to_string(format!("/proc/{pid}/net/{f}")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+                    let inode: u64 = f.get(9)?.parse().ok()?;
+                    (*f.get(3)? == LISTEN && inodes.contains(&inode)).then_some(port)
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,5 +237,18 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(found.contains(&child.id()), "{found:?}");
+    }
+
+    #[test]
+    fn lists_the_ports_a_process_listens_on_and_no_other() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // A connected socket of this process is no listening port.
+        let client = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let ports = listening_ports(std::process::id());
+        assert!(ports.contains(&port), "{ports:?}");
+        assert!(!ports.contains(&client.local_addr().unwrap().port()), "{ports:?}");
+        drop(listener);
+        assert!(!listening_ports(std::process::id()).contains(&port));
     }
 }

@@ -330,14 +330,23 @@ pub struct Profile {
     latest: HashMap<ThreadId, usize>,
 }
 
-/// Virtual thread ids start here, far above any Linux tid (at most 2^22): an asyncio task's
-/// samples moved off its event loop's thread, which is the one OS thread they ran on.
+/// Virtual thread ids start far above any Linux tid (at most 2^22). A waiting Go goroutine's
+/// samples (read from the runtime: no OS thread runs it then) have ids from here...
+pub const GOROUTINE_TID_BASE: u64 = 1 << 32;
+/// ...and an asyncio task's samples, moved off its event loop's thread (the one OS thread they
+/// ran on), from here.
 pub const TASK_TID_BASE: u64 = 1 << 40;
 
 impl ThreadInfo {
-    /// Whether the thread is a virtual one (an asyncio task) rather than an OS thread.
+    /// Whether the thread is a virtual one (an asyncio task, a waiting goroutine) rather than
+    /// an OS thread.
     pub fn is_virtual(&self) -> bool {
-        self.tid >= TASK_TID_BASE
+        self.tid >= GOROUTINE_TID_BASE
+    }
+
+    /// Whether the thread is a goroutine seen waiting: its running time is on OS threads.
+    pub fn is_goroutine(&self) -> bool {
+        (GOROUTINE_TID_BASE..TASK_TID_BASE).contains(&self.tid)
     }
 }
 

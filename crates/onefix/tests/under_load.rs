@@ -146,6 +146,76 @@ fn a_bad_load_is_refused_before_the_server_starts_and_a_server_that_never_listen
     assert_eq!(err.trim().lines().count(), 1, "one sentence: {err}");
 }
 
+#[test]
+fn a_load_that_could_hit_the_wrong_server_is_refused_in_one_sentence() {
+    let scratch = Scratch::new("under-load-wrong-server");
+    let dir = scratch.0.clone();
+    let marker = dir.join("started");
+
+    // The load's port already answers before the server starts: the server is never started.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let out = onefix()
+        .current_dir(&dir)
+        .args(["record", "--load", &format!("http://127.0.0.1:{port}/ -d 2s"), "--", "touch"])
+        .arg(&marker)
+        .output()
+        .unwrap();
+    one_sentence_failure(&out, "already answers before your server starts");
+    assert!(!marker.exists(), "the server was started though another listens on the load's port");
+    drop(taken);
+
+    // The server ends before it listens: said at once, with how it ended.
+    let out = onefix()
+        .current_dir(&dir)
+        .args(["record", "--load", &format!("http://127.0.0.1:{}/ -d 2s", free_port()), "--"])
+        .args(["python3", "-c", "import sys; sys.exit(3)"])
+        .output()
+        .unwrap();
+    one_sentence_failure(&out, "exited with 3 before anything listened");
+
+    // The server listens on another port than the load's: said, with that port, long before
+    // the 30 s a server is given to start.
+    let (load_port, listen_port) = (free_port(), free_port());
+    let started = std::time::Instant::now();
+    let out = onefix()
+        .current_dir(&dir)
+        .args(["record", "--load", &format!("http://127.0.0.1:{load_port}/ -d 2s"), "--"])
+        .args(["python3", "-c"])
+        .arg(format!(
+            "import socket, time\ns = socket.socket()\ns.bind(('127.0.0.1', {listen_port}))\ns.listen()\ntime.sleep(20)"
+        ))
+        .output()
+        .unwrap();
+    one_sentence_failure(&out, &format!("the server listens on port {listen_port}, not on 127.0.0.1:{load_port}"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_load_whose_every_response_is_an_error_fails_the_run() {
+    let scratch = Scratch::new("under-load-errors");
+    let dir = scratch.0.clone();
+    let port = free_port();
+    let out = onefix()
+        .current_dir(&dir)
+        .args([
+            "record",
+            "--quiet",
+            "--no-save",
+            "--load",
+            &format!("http://127.0.0.1:{port}/missing --rate 20 -d 2s -c 2"),
+            "--",
+        ])
+        .args(["python3", "-m", "http.server", "--bind", "127.0.0.1", &port.to_string(), "--directory"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("every request of the load failed") && err.contains("x 404"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 /// Every server in tests/servers with a planted mistake (`# CULPRIT`) and the path its load
 /// asks for (`# load: /path?query`), profiled under a short load: the planted line must be
 /// rank 1. These servers were written to try onefix as a new user would, not tuned to it.

@@ -384,7 +384,10 @@ impl Engine<'_> {
         let sharing = (0..threads.len())
             .filter(|&t| !threads[t].is_virtual() && thread_busy[t] as f64 >= SHARES_THE_WORK * busy_in_user as f64)
             .count();
-        let path = if sharing > 1 {
+        // A Go program's goroutines run on OS threads and wait apart from them (read from the
+        // runtime): one goroutine's time is on two timelines, which no path can follow.
+        let goroutines = threads.iter().any(|t| t.is_goroutine());
+        let path = if sharing > 1 && !goroutines {
             self.critical_path(timelines.as_ref(), &recharges, &moved, &background, opts)
         } else {
             None

@@ -90,8 +90,8 @@ const GOROUTINE_SCAN_NS: u64 = 10_000_000;
 const GOROUTINE_SCAN_NS_EACH: u64 = 20_000;
 /// A scan charges at most this much time (the profiler itself stalled).
 const GOROUTINE_MAX_GAP_NS: u64 = 1_000_000_000;
-/// Goroutines are virtual threads of their process: their ids are offset past any OS tid.
-const GOROUTINE_TID_BASE: u64 = 1 << 32;
+// Goroutines are virtual threads of their process: their ids are offset past any OS tid.
+use onefix_model::GOROUTINE_TID_BASE;
 
 /// What the sampler knows of a process's Go runtime.
 enum GoState {

@@ -26,6 +26,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let mode: Mode = args.mode.into();
     let load = load_plan(&args)?;
+    if let Some((_, addr)) = &load {
+        // Something already answering at the load's address is not the server about to start:
+        // the load would hit it, and the server would fail to bind.
+        if std::net::TcpStream::connect_timeout(addr, Duration::from_millis(300)).is_ok() {
+            bail!(
+                "{addr} already answers before your server starts: another process listens there (stop it), or give --load the port your server listens on"
+            );
+        }
+    }
     // Every output is checked, and the recording's file made, before anything starts, so an
     // unwritable path costs the target nothing.
     let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
@@ -83,9 +92,28 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
     let mut driven = None;
     if let Some((cfg, addr)) = load {
-        if let Err(e) = onefix_load::wait_until_listening(addr, SERVER_START_LIMIT, || !process::is_running(pid)) {
-            sampler.stop(&mut profile, 0, !process::is_running(pid), pid);
-            bail!("cannot drive the load: {e}");
+        if let Err(e) = wait_for_server(pid, addr) {
+            let exited = !process::is_running(pid);
+            let exit = sampler.stop(&mut profile, 0, exited, pid);
+            match e {
+                ServerWait::Exited => {
+                    bail!(
+                        "cannot drive the load: the server {} before anything listened at {addr}",
+                        describe_exit(&exit)
+                    )
+                }
+                ServerWait::OtherPorts(ports) => {
+                    let ports: Vec<String> = ports.iter().map(|p| p.to_string()).collect();
+                    bail!(
+                        "cannot drive the load: the server listens on port {}, not on {addr}: give --load that port",
+                        ports.join(" and ")
+                    )
+                }
+                ServerWait::TimedOut => bail!(
+                    "cannot drive the load: nothing listened at {addr} within {:.0} s of starting the server",
+                    SERVER_START_LIMIT.as_secs_f64()
+                ),
+            }
         }
         driven = Some(DrivenLoad::start(cfg));
     }
@@ -145,6 +173,19 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
         None => None,
     };
+    // A load whose every response was an error profiled the server's error path, not the work:
+    // said first, and the run fails.
+    let load_failed = load_result
+        .as_ref()
+        .is_some_and(|r| r.completed == 0 || !r.status_codes.keys().any(|code| code.starts_with(['1', '2', '3'])));
+    if let (true, Some(r)) = (load_failed, &load_result) {
+        let codes: Vec<String> = r.status_codes.iter().map(|(code, n)| format!("{n} x {code}")).collect();
+        let got = if codes.is_empty() { "no response".to_owned() } else { codes.join(", ") };
+        crate::messages::say(format_args!(
+            "every request of the load failed ({got} of {} sent): the server did not do the work asked, so what follows profiles its error path; check the URL and the server",
+            r.sent
+        ));
+    }
     // The samples are in the recording's file, batch by batch; read them back for the report.
     // Whatever the file could not take (disk full) is still in memory and is added to what it
     // holds.
@@ -269,6 +310,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ));
         return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
     }
+    if load_failed {
+        return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+    }
     match saved_at {
         // The sentence about the unwritten recording or output was printed above.
         Err(_) => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
@@ -345,4 +389,42 @@ pub(crate) fn time_outside_the_server(
 
 fn exit_note(exit: &Option<TargetExit>) -> String {
     exit.as_ref().map(|e| format!(" ({})", describe_exit(e))).unwrap_or_default()
+}
+
+/// Why a started server cannot take the load.
+enum ServerWait {
+    /// It ended first.
+    Exited,
+    /// It listens, but on these ports, not the load's.
+    OtherPorts(Vec<u16>),
+    TimedOut,
+}
+
+/// How long a server listening on other ports than the load's is given to open the load's too
+/// (a server may listen on an admin port first).
+const OTHER_PORT_GRACE: Duration = Duration::from_secs(2);
+
+/// Waits until the load's address answers, the server ends, or it is seen listening on other
+/// ports only: then it is told at once rather than after the full wait.
+fn wait_for_server(pid: u32, addr: std::net::SocketAddr) -> Result<(), ServerWait> {
+    let started = Instant::now();
+    let mut elsewhere_since: Option<Instant> = None;
+    loop {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if !process::is_running(pid) {
+            return Err(ServerWait::Exited);
+        }
+        let ports = process::listening_ports(pid);
+        if ports.is_empty() || ports.contains(&addr.port()) {
+            elsewhere_since = None;
+        } else if elsewhere_since.get_or_insert_with(Instant::now).elapsed() >= OTHER_PORT_GRACE {
+            return Err(ServerWait::OtherPorts(ports));
+        }
+        if started.elapsed() >= SERVER_START_LIMIT {
+            return Err(ServerWait::TimedOut);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
