@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use onefix_diagnose::compare::{HeapComparison, LineComparison};
+use onefix_diagnose::compare::{HeapComparison, LineComparison, RunComparison};
 
 /// The lines of two time recordings: cost in A and B, the change, and where the line is.
 pub fn render_lines(c: &LineComparison, name_a: &str, name_b: &str) -> String {
@@ -41,6 +41,46 @@ pub fn render_lines(c: &LineComparison, name_a: &str, name_b: &str) -> String {
             change,
             l.line
         );
+    }
+    s
+}
+
+/// Two whole runs of a batch program: which took less time, and where each line's time went.
+pub fn render_runs(r: &RunComparison, name_a: &str, name_b: &str) -> String {
+    let mut s = String::new();
+    let verdict = |speedup: f64, what: &str| {
+        if !speedup.is_finite() {
+            format!("B took no {what} at all")
+        } else if speedup >= 1.0 {
+            format!("B took {speedup:.2}x less {what}")
+        } else {
+            format!("B took {:.2}x more {what}", 1.0 / speedup)
+        }
+    };
+    let _ = writeln!(
+        s,
+        "the runs (each went to its end): {}, {}",
+        verdict(r.wall_speedup, "wall time"),
+        verdict(r.cpu_speedup, "CPU time")
+    );
+    let _ = writeln!(s, "  A  {:>8.2} s wall  {:>8.2} s on a CPU  ({name_a})", r.wall_s.0, r.cpu_s.0);
+    let _ = writeln!(s, "  B  {:>8.2} s wall  {:>8.2} s on a CPU  ({name_b})", r.wall_s.1, r.cpu_s.1);
+    if r.runs_each == 1 {
+        let _ = writeln!(
+            s,
+            "  one run each: no spread to test the difference against; on a busy machine, time several runs of each"
+        );
+    }
+    if r.too_short_for_windows {
+        let _ = writeln!(
+            s,
+            "  a run is too short to judge its lines per window (the table below): judge by these run times and the lines' time per run"
+        );
+    }
+    let _ = writeln!(s, "  the lines' time per run:\n  {:>9} {:>9}  line", "A (s)", "B (s)");
+    for l in &r.lines {
+        let _ =
+            writeln!(s, "  {:>9.2} {:>9.2}  {}  {}", l.seconds_a, l.seconds_b, l.at.as_deref().unwrap_or(""), l.line);
     }
     s
 }

@@ -11,12 +11,14 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
-use onefix_diagnose::compare::{compare_heaps, compare_lines, HeapComparison, LineComparison};
+use onefix_diagnose::compare::{
+    compare_heaps, compare_lines, compare_runs, HeapComparison, LineComparison, RunComparison,
+};
 use onefix_load::compare::{self, Comparison};
 use onefix_load::LoadResult;
 use onefix_model::recording::read_recording;
 use onefix_model::{Profile, WeightUnit};
-use onefix_report::compare::{render_heaps, render_lines};
+use onefix_report::compare::{render_heaps, render_lines, render_runs};
 use serde::Serialize;
 
 use crate::cli::{CompareArgs, OutputArgs};
@@ -58,6 +60,9 @@ fn file_name(p: &Path) -> String {
 #[derive(Serialize)]
 struct RecordingComparison {
     load: Option<Comparison>,
+    /// Two runs that each went to their end, without a load: compared as whole runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    runs: Option<RunComparison>,
     #[serde(flatten)]
     lines: LineComparison,
 }
@@ -163,8 +168,13 @@ fn compare_recordings(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> R
         _ => None,
     };
     let lines = compare_lines(a, b, outputs::knowledge_base(), per_request)?;
+    // A batch program's fix shows in its run time first.
+    let runs = if load.is_none() { compare_runs(a, b, outputs::knowledge_base(), lines.window_s) } else { None };
+    if let Some(r) = &runs {
+        println!("{}", render_runs(r, name_a, name_b));
+    }
     print!("{}", render_lines(&lines, name_a, name_b));
-    Ok(RecordingComparison { load: load.map(|l| l.0), lines })
+    Ok(RecordingComparison { load: load.map(|l| l.0), runs, lines })
 }
 
 fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> MemoryComparison {
