@@ -48,7 +48,7 @@ pub struct LineChange {
     pub at_b: Option<String>,
     pub cost: Metric,
     /// `down`, `up`, `unchanged`, `gone`, `new`, or `unclear` (in one run only, too rarely to
-    /// be sure it went away).
+    /// be sure it went away; or too few windows to test).
     pub change: String,
 }
 
@@ -196,6 +196,9 @@ pub fn compare_lines(
             (true, false) if cost.mean_b == 0.0 && clear => "gone",
             (false, true) if cost.mean_a == 0.0 && clear => "new",
             (true, false) | (false, true) => "unclear",
+            // Too few windows for a test (a run shorter than two of them): nothing can be said
+            // per window, not even that the line is unchanged.
+            _ if cost.test.is_none() => "unclear",
             _ if clear && cost.speedup >= MIN_CHANGE => "down",
             _ if clear && cost.speedup <= 1.0 / MIN_CHANGE => "up",
             _ => "unchanged",
