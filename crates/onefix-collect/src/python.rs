@@ -68,6 +68,8 @@ struct Spy {
     /// After a paused read that was slow, look for threads in uninterruptible sleep before each
     /// read until then (reading every thread's state costs too much to do always).
     watch_sleepers_until: Option<Instant>,
+    /// Where the next tick's futex reads start among the threads that may queue for the GIL.
+    futex_turn: usize,
     /// Threads whose latest kept stack had Python frames: an empty stack from one of them is
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
@@ -313,6 +315,7 @@ impl Spy {
             exec_since: None,
             paused_reads_after: None,
             watch_sleepers_until: None,
+            futex_turn: 0,
             had_frames: Default::default(),
         }
     }
@@ -326,6 +329,10 @@ const PAUSE_BACKOFF: Duration = Duration::from_secs(1);
 /// each read of that process, for [`PAUSE_BACKOFF`]: reading every thread's state at every tick
 /// would cost more than the reads.
 const SLOW_PAUSE: Duration = Duration::from_millis(10);
+
+/// Threads asked per tick whether they wait in a futex (a GIL queue or a lock): each read is a
+/// few microseconds of onefix's time, so hundreds of threads are asked in turns.
+const MAX_FUTEX_READS: usize = 32;
 
 /// How long a process that exec'd is given to become readable Python again.
 const EXEC_PATIENCE: Duration = Duration::from_secs(10);
@@ -469,12 +476,27 @@ impl Sampler for PythonSampler {
                     // (runnable, or asleep in the GIL's futex), waiting for I/O at the same line,
                     // or running C code that let the GIL go: the kernel tells which (a futex),
                     // read only then, so an idle program costs no extra reads.
+                    // At most MAX_FUTEX_READS threads are asked per tick, taken in turn, so a
+                    // server of hundreds of threads costs a bounded number of reads.
                     let gil_held = traces.iter().any(|t| t.owns_gil);
-                    for trace in &traces {
-                        let futex = gil_held
-                            && !trace.owns_gil
-                            && !trace.frames.is_empty()
-                            && process::in_futex_wait(spy.pid, thread_key(trace));
+                    let asked: Vec<usize> = if gil_held {
+                        let candidates: Vec<usize> = (0..traces.len())
+                            .filter(|&i| !traces[i].owns_gil && !traces[i].frames.is_empty())
+                            .collect();
+                        let from = spy.futex_turn % candidates.len().max(1);
+                        spy.futex_turn = spy.futex_turn.wrapping_add(MAX_FUTEX_READS);
+                        candidates
+                            .iter()
+                            .cycle()
+                            .skip(from)
+                            .take(MAX_FUTEX_READS.min(candidates.len()))
+                            .copied()
+                            .collect()
+                    } else {
+                        Vec::new()
+                    };
+                    for (index, trace) in traces.iter().enumerate() {
+                        let futex = asked.contains(&index) && process::in_futex_wait(spy.pid, thread_key(trace));
                         if trace.frames.is_empty() {
                             spy.had_frames.remove(&thread_key(trace));
                         } else {

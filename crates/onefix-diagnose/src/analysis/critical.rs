@@ -35,8 +35,9 @@ const MIN_PAIRED_TICKS: u64 = 20;
 const TURNS_SLACK: f64 = 1.1;
 /// ...with the client waiting at the line at least this share of its time.
 const TURNS_MIN_WAIT: f64 = 0.3;
-/// Past this many threads the pairs are not looked for (the overlap is counted per pair).
-const MAX_PAIRED_THREADS: usize = 64;
+/// Past this many threads the pairs are not looked for: the overlap is counted per pair of
+/// threads over every sample, too much for a large pool.
+const MAX_PAIRED_THREADS: usize = 16;
 
 /// A thread's time in one state, and the time each other thread worked meanwhile.
 type Overlap = (u64, HashMap<usize, u64>);
@@ -159,8 +160,7 @@ impl Engine<'_> {
             return None;
         }
         let nthreads = timelines.by_thread.len();
-        let steps: Vec<Option<Step>> =
-            (0..profile.samples.len()).map(|i| Some(self.step(i, recharges, moved))).collect();
+        let steps: Vec<Step> = (0..profile.samples.len()).map(|i| self.step(i, recharges, moved)).collect();
         let end_of = |t: usize| timelines.by_thread[t].last().map(|&(_, end, _)| end);
         let start_us = profile.samples.iter().map(|s| s.time_us).min()?;
         let end_us = (0..nthreads).filter_map(end_of).max()?;
@@ -186,10 +186,10 @@ impl Engine<'_> {
             let Some(i) = timelines.near(cur, t - 1, LATE_TICKS * interval_us) else {
                 // The thread did not run then: it had not started, or was not sampled. The path
                 // goes on in a thread that did work then; failing that, it skips the gap.
-                let next =
-                    (0..nthreads).filter(|&o| o != cur).filter_map(|o| Some((o, timelines.at(o, t - 1)?))).max_by_key(
-                        |&(o, i)| (matches!(steps[i], Some(Step::Own(Some(_)))), o == main, std::cmp::Reverse(o)),
-                    );
+                let next = (0..nthreads)
+                    .filter(|&o| o != cur)
+                    .filter_map(|o| Some((o, timelines.at(o, t - 1)?)))
+                    .max_by_key(|&(o, i)| (matches!(steps[i], Step::Own(Some(_))), o == main, std::cmp::Reverse(o)));
                 match next {
                     Some((o, _)) if switches <= nthreads => {
                         cur = o;
@@ -216,16 +216,16 @@ impl Engine<'_> {
                 continue;
             };
             let sample_start = profile.samples[i].time_us;
-            let step = steps[i].unwrap();
+            let step = steps[i];
             // At the end of a wait, the path moves to the thread that ended it: one that handed
             // over just then (it answered, or finished), else for a wait on another thread the
             // one that was working.
             if !matches!(step, Step::Own(_)) && switches <= nthreads {
                 let ends = match timelines.at(cur, t + interval_us / 2) {
                     None => true,
-                    Some(next) => steps[next] != Some(step),
+                    Some(next) => steps[next] != step,
                 };
-                let working = |x: usize| timelines.at(x, t - 1).is_some_and(|k| matches!(steps[k], Some(Step::Own(_))));
+                let working = |x: usize| timelines.at(x, t - 1).is_some_and(|k| matches!(steps[k], Step::Own(_)));
                 // A wait another thread of the program serves (found over the whole run), or a
                 // server waiting for its one client, goes to that thread while it works.
                 let served = match step {
@@ -271,7 +271,7 @@ impl Engine<'_> {
             let mut k = 0;
             while k < samples.len() {
                 let step = steps[samples[k].2];
-                if !matches!(step, Some(Step::Io(_))) {
+                if !matches!(step, Step::Io(_)) {
                     k += 1;
                     continue;
                 }
@@ -308,10 +308,8 @@ impl Engine<'_> {
                 let d = end - start;
                 let s = &profile.samples[i];
                 let line = moved.get(&i).copied().or(self.line_of(s.stack));
-                let served = matches!(steps[i], Some(Step::Io(l)) if pairs.server.contains_key(&(thread, l)));
-                if let (Some(Step::Own(own_line) | Step::Io(own_line)), false) =
-                    (steps[i], answered.contains(&i) || served)
-                {
+                let served = matches!(steps[i], Step::Io(l) if pairs.server.contains_key(&(thread, l)));
+                if let (Step::Own(own_line) | Step::Io(own_line), false) = (steps[i], answered.contains(&i) || served) {
                     // A wait charged to its holder is the holder's line's time.
                     if let Some(l) = own_line {
                         *mine.0.entry(l).or_default() += d;
@@ -369,7 +367,7 @@ impl Engine<'_> {
     /// while the client waits at a line for I/O, one other thread works nearly all the time,
     /// and while the client works, that thread mostly does not. Too fast a ping-pong for a
     /// sampler to see each hand-over, but plain in the overlap.
-    fn client_server_pairs(&mut self, timelines: &Timelines, steps: &[Option<Step>], interval_us: u64) -> ClientServer {
+    fn client_server_pairs(&mut self, timelines: &Timelines, steps: &[Step], interval_us: u64) -> ClientServer {
         let profile = self.profile;
         let threads = profile.threads();
         let nthreads = timelines.by_thread.len();
@@ -377,7 +375,7 @@ impl Engine<'_> {
         if nthreads > MAX_PAIRED_THREADS {
             return pairs;
         }
-        let own = |k: usize| matches!(steps[k], Some(Step::Own(_)));
+        let own = |k: usize| matches!(steps[k], Step::Own(_));
         // (client, line) -> (its waiting time, time each other thread worked meanwhile)
         let mut waits: HashMap<(usize, Option<usize>), Overlap> = HashMap::new();
         // client -> (its working time, time each other thread worked meanwhile)
@@ -386,8 +384,8 @@ impl Engine<'_> {
             for &(start, end, i) in samples {
                 let d = end - start;
                 let entry = match steps[i] {
-                    Some(Step::Io(line)) => waits.entry((c, line)).or_default(),
-                    Some(Step::Own(_)) => works.entry(c).or_default(),
+                    Step::Io(line) => waits.entry((c, line)).or_default(),
+                    Step::Own(_) => works.entry(c).or_default(),
                     _ => continue,
                 };
                 entry.0 += d;
@@ -399,10 +397,11 @@ impl Engine<'_> {
             }
         }
         // Each thread's sampled time, and its time waiting (any wait).
-        let span = |x: usize| timelines.by_thread[x].iter().map(|&(start, end, _)| end - start).sum::<u64>();
-        let waiting = |x: usize| {
-            timelines.by_thread[x].iter().filter(|&&(_, _, i)| !own(i)).map(|&(start, end, _)| end - start).sum::<u64>()
+        let total = |x: usize, keep: &dyn Fn(usize) -> bool| {
+            timelines.by_thread[x].iter().filter(|&&(_, _, i)| keep(i)).map(|&(start, end, _)| end - start).sum::<u64>()
         };
+        let span: Vec<u64> = (0..nthreads).map(|x| total(x, &|_| true)).collect();
+        let waiting: Vec<u64> = (0..nthreads).map(|x| total(x, &|i| !own(i))).collect();
         let mut found: Vec<((usize, Option<usize>), usize)> = Vec::new();
         for (&(c, line), (waited, during)) in &waits {
             if *waited < MIN_PAIRED_TICKS * interval_us {
@@ -418,10 +417,10 @@ impl Engine<'_> {
                 // between them, x works about as long as c waits here, and x waits too (a
                 // thread busy all along beside a waiting one is not serving it).
                 let x_works = works.get(&x).map_or(0, |(w, _)| *w);
-                let by_turns = (c_works + x_works) as f64 <= TURNS_SLACK * span(c) as f64
+                let by_turns = (c_works + x_works) as f64 <= TURNS_SLACK * span[c] as f64
                     && x_works as f64 >= SERVES * *waited as f64
-                    && waiting(x) as f64 >= IDLE_BESIDE * c_works as f64
-                    && *waited as f64 >= TURNS_MIN_WAIT * span(c) as f64;
+                    && waiting[x] as f64 >= IDLE_BESIDE * c_works as f64
+                    && *waited as f64 >= TURNS_MIN_WAIT * span[c] as f64;
                 by_ticks || by_turns
             });
             if let Some(x) = serves {
@@ -439,11 +438,11 @@ impl Engine<'_> {
     /// one that was doing work just before and, just after, was gone or waiting itself (a
     /// server thread that answered, a joined thread, a client that sent its request).
     fn handover(
-        &mut self,
+        &self,
         thread: usize,
         t: u64,
         timelines: &Timelines,
-        steps: &[Option<Step>],
+        steps: &[Step],
         interval_us: u64,
     ) -> Option<usize> {
         let threads = self.profile.threads();
@@ -451,30 +450,22 @@ impl Engine<'_> {
         let mut handed_over = (0..timelines.by_thread.len()).filter(|&o| {
             o != thread
                 && threads[o].pid == pid
-                && timelines.at(o, t - 1).is_some_and(|i| matches!(steps[i], Some(Step::Own(Some(_)))))
+                && timelines.at(o, t - 1).is_some_and(|i| matches!(steps[i], Step::Own(Some(_))))
                 && match timelines.at(o, t + interval_us / 2) {
                     None => true,
-                    Some(i) => !matches!(steps[i], Some(Step::Own(_))),
+                    Some(i) => !matches!(steps[i], Step::Own(_)),
                 }
         });
         let only = handed_over.next()?;
         handed_over.next().is_none().then_some(only)
     }
 
-    /// The thread that woke `thread`, whose wait ended at `t`: of the other threads doing work
-    /// just before `t`, one that finished or began to wait within a tick after (a joined thread,
-    /// a producer handing over), else the one that worked the most in the ticks before.
-    fn waker(
-        &mut self,
-        thread: usize,
-        t: u64,
-        timelines: &Timelines,
-        steps: &[Option<Step>],
-        interval_us: u64,
-    ) -> Option<usize> {
-        let working = |o: usize, at: u64| {
-            timelines.at(o, at).is_some_and(|i| matches!(steps[i], Some(Step::Own(_) | Step::Io(_))))
-        };
+    /// The thread that woke `thread`, whose wait ended at `t`, when none handed over (see
+    /// [`Engine::handover`]): of the other threads doing work just before `t`, the one that
+    /// worked the most in the ticks before.
+    fn waker(&self, thread: usize, t: u64, timelines: &Timelines, steps: &[Step], interval_us: u64) -> Option<usize> {
+        let working =
+            |o: usize, at: u64| timelines.at(o, at).is_some_and(|i| matches!(steps[i], Step::Own(_) | Step::Io(_)));
         let candidates: Vec<usize> =
             (0..timelines.by_thread.len()).filter(|&o| o != thread && working(o, t - 1)).collect();
         candidates.into_iter().max_by_key(|&o| {

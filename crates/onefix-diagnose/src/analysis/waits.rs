@@ -41,20 +41,27 @@ pub(super) struct Recharge {
 pub(super) struct Timelines {
     /// By thread: (start µs, end µs, sample index), in time order.
     pub by_thread: Vec<Vec<(u64, u64, usize)>>,
+    /// By process: its samples holding the GIL, in time order (one holder at a time), so that
+    /// a GIL wait finds its holder without asking every thread.
+    gil_holders: HashMap<u32, Vec<(u64, u64, usize)>>,
 }
 
 impl Timelines {
     pub fn of(profile: &Profile) -> Option<Timelines> {
         let WeightUnit::Samples { interval_us } = profile.meta.weight_unit else { return None };
         let mut by_thread: Vec<Vec<(u64, u64, usize)>> = vec![Vec::new(); profile.threads().len()];
+        let mut gil_holders: HashMap<u32, Vec<(u64, u64, usize)>> = HashMap::new();
         for (i, s) in profile.samples.iter().enumerate() {
             let end = s.time_us + s.weight as u64 * interval_us;
             by_thread[s.thread as usize].push((s.time_us, end, i));
+            if s.state.gil() {
+                gil_holders.entry(profile.threads()[s.thread as usize].pid).or_default().push((s.time_us, end, i));
+            }
         }
-        for t in &mut by_thread {
+        for t in by_thread.iter_mut().chain(gil_holders.values_mut()) {
             t.sort_by_key(|&(start, _, i)| (start, i));
         }
-        Some(Timelines { by_thread })
+        Some(Timelines { by_thread, gil_holders })
     }
 
     /// The sample of `thread` taken at `t`: the last one started at or before it, if it still
@@ -63,6 +70,14 @@ impl Timelines {
         let line = &self.by_thread[thread];
         let after = line.partition_point(|&(start, _, _)| start <= t);
         let &(_, end, i) = line.get(after.checked_sub(1)?)?;
+        (t < end).then_some(i)
+    }
+
+    /// The sample of `pid` that held the GIL at `t`, if one was read holding it then.
+    fn gil_holder(&self, pid: u32, t: u64) -> Option<usize> {
+        let held = self.gil_holders.get(&pid)?;
+        let after = held.partition_point(|&(start, _, _)| start <= t);
+        let &(_, end, i) = held.get(after.checked_sub(1)?)?;
         (t < end).then_some(i)
     }
 
@@ -173,13 +188,13 @@ impl Engine<'_> {
         let profile = self.profile;
         let s = &profile.samples[i];
         let pid = profile.threads()[s.thread as usize].pid;
-        let others: Vec<usize> = (0..timelines.by_thread.len())
-            .filter(|&t| t != s.thread as usize && profile.threads()[t].pid == pid)
-            .filter_map(|t| timelines.at(t, s.time_us))
-            .collect();
         match cause {
-            Cause::Gil => others.into_iter().find(|&o| profile.samples[o].state.gil()),
+            Cause::Gil => timelines.gil_holder(pid, s.time_us).filter(|&o| profile.samples[o].thread != s.thread),
             Cause::Lock => {
+                let others: Vec<usize> = (0..timelines.by_thread.len())
+                    .filter(|&t| t != s.thread as usize && profile.threads()[t].pid == pid)
+                    .filter_map(|t| timelines.at(t, s.time_us))
+                    .collect();
                 let line = self.line_of(s.stack)?;
                 let block = *guarded.entry(line).or_insert_with(|| {
                     let frame = self.lines[line].frame;
