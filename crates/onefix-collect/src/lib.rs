@@ -2,6 +2,8 @@
 //! jittered rate and streams the profile to disk as it goes.
 
 pub mod asyncio;
+pub mod blocked;
+pub mod dump;
 mod error;
 pub mod kept;
 pub mod process;

@@ -393,7 +393,7 @@ fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, futex: boo
     });
 }
 
-fn convert_frame(f: &py_spy::Frame) -> Frame {
+pub(crate) fn convert_frame(f: &py_spy::Frame) -> Frame {
     match &f.module {
         None => Frame::python(f.name.clone(), f.filename.clone(), f.line.max(0) as u32),
         Some(module) => Frame {
@@ -531,7 +531,7 @@ impl Sampler for PythonSampler {
     }
 }
 
-fn permission_denied(err: &anyhow::Error) -> bool {
+pub(crate) fn permission_denied(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             io.kind() == std::io::ErrorKind::PermissionDenied

@@ -16,6 +16,7 @@ pub mod memory;
 pub mod names;
 pub mod note;
 pub mod origin;
+pub mod stall;
 mod template;
 
 pub use analysis::{diagnose, Options};

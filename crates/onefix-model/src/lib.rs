@@ -9,6 +9,7 @@ pub mod fmt;
 pub mod memory;
 mod profile;
 pub mod recording;
+pub mod snapshot;
 pub mod stats;
 mod tree;
 

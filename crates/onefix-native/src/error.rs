@@ -19,6 +19,8 @@ pub enum NativeError {
     Exec { command: String, source: io::Error },
     #[error("no command was given to run")]
     EmptyCommand,
+    #[error("cannot stop thread {tid} of process {pid} to read its stack ({source}): is a debugger or another profiler attached to it?")]
+    Attach { pid: u32, tid: u64, source: io::Error },
     #[error("perf_event_open failed: {0}")]
     Os(io::Error),
 }

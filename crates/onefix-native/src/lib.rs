@@ -22,6 +22,7 @@
 //! # Ok::<(), onefix_native::NativeError>(())
 //! ```
 
+mod dump;
 mod error;
 #[doc(hidden)]
 pub mod fixture;
@@ -37,6 +38,7 @@ mod spawn;
 mod symbolize;
 mod symbols;
 
+pub use dump::native_snapshot;
 pub use error::{paranoid_level, NativeError};
 pub use sampler::{NativeOptions, NativeSampler, NativeStats};
 pub use symbolize::Symbolizer;

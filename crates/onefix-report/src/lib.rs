@@ -11,6 +11,7 @@
 //! | [`write_pprof`] | pprof's gzipped protobuf, as `go tool pprof`, Pyroscope and Parca read |
 //! | [`write_html`] | one self-contained HTML page: findings, flame graphs, timeline, hot lines with source |
 //! | [`write_json`] | the findings report, the JSON contract of DESIGN.md §3 |
+//! | [`write_dump`] | every thread's stack at one moment, then its deadlocks or stall (`onefix dump`) |
 //! | [`write_top`] | one screen of `onefix top`: the last seconds' hot lines, findings, thread states |
 //! | [`write_terminal`] | the human summary: findings first, then the hot lines |
 //!
@@ -19,6 +20,7 @@
 
 pub mod compare;
 mod describe;
+mod dump;
 mod flamegraph;
 mod folded;
 pub mod html;
@@ -29,6 +31,7 @@ mod terminal;
 mod top;
 
 pub use describe::signal_name;
+pub use dump::{write_dump, write_dump_json, DumpJson};
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use folded::{escape_label, write_folded, FoldedOptions};
 pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};

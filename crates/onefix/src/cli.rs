@@ -33,6 +33,9 @@ pub enum Command {
     /// A live view of a running program, redrawn every second: its hottest lines, the current
     /// findings and its threads' states. `q` or Ctrl-C quits.
     Top(TopArgs),
+    /// Every thread's stack in a running process now (Python with --locals, or native), then
+    /// its deadlocks: which thread waits at which line for the lock which other thread holds.
+    Dump(DumpArgs),
     /// Shell completions and man pages, generated from this command line (for packagers).
     #[command(hide = true)]
     Generate(GenerateArgs),
@@ -186,6 +189,27 @@ pub struct TopArgs {
     /// The program to start and watch.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DumpArgs {
+    /// The running process to read.
+    #[arg(long, short)]
+    pub pid: u32,
+    /// Also read each Python frame's arguments and local variables.
+    #[arg(long)]
+    pub locals: bool,
+    /// Merge native (C extension) frames into Python stacks.
+    #[arg(long)]
+    pub native: bool,
+    /// Write the threads and the deadlock analysis as JSON (`-`: standard output, instead of
+    /// the text); the schema is crates/onefix-report/schema/dump.schema.json.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+    /// Directory holding your own code (repeatable): the line each thread waits at is its
+    /// deepest frame there. Default: the process's working directory and its script's.
+    #[arg(long = "user-code", value_name = "DIR")]
+    pub user_code: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         cli::Command::Load(args) => cmd::load::run(args),
         cli::Command::Compare(args) => cmd::compare::run(args),
         cli::Command::Top(args) => cmd::top::run(args),
+        cli::Command::Dump(args) => cmd::dump::run(args),
         cli::Command::Generate(args) => cmd::generate::run(args),
         cli::Command::Janitor(args) => cmd::janitor::run(args),
     };

@@ -1,4 +1,5 @@
 pub mod compare;
+pub mod dump;
 pub mod generate;
 pub mod janitor;
 pub mod load;
