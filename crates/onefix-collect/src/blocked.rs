@@ -94,8 +94,8 @@ fn classify(pid: u32, call: Syscall) -> Blocked {
     let fd = call.args[0] as i64;
     let what = || describe_fd(pid, fd);
     match call.number {
-        nr::FUTEX => Blocked::Futex { address: call.args[0], owner: mutex_owner(pid, call.args[0]) },
-        nr::FUTEX_WAITV => Blocked::Futex { address: call.args[0], owner: None },
+        nr::FUTEX => Blocked::Futex { address: call.args[0], owner: mutex_owner(pid, call.args[0]), name: None },
+        nr::FUTEX_WAITV => Blocked::Futex { address: call.args[0], owner: None, name: None },
         nr::READ | nr::PREAD64 | nr::READV | nr::RECVFROM | nr::RECVMSG | nr::RECVMMSG => {
             Blocked::Read { fd, what: what() }
         }

@@ -102,7 +102,9 @@ pub fn analyse(snapshot: &Snapshot, user: &UserCode, source: &mut SourceCache) -
             lock: None,
             holder: None,
         };
-        if let Blocked::Futex { owner: Some(owner), .. } = blocked {
+        if let Blocked::Futex { owner: Some(owner), name, .. } = &blocked {
+            let owner = *owner;
+            wait.lock = name.clone();
             if owner != t.tid {
                 wait.holder =
                     Some(Holder { tid: owner, evidence: HolderEvidence::MutexOwner, since: None, since_code: None });
@@ -134,9 +136,8 @@ pub fn analyse(snapshot: &Snapshot, user: &UserCode, source: &mut SourceCache) -
     }
     let deadlocks = cycles(&waits);
     let everyone_waits = snapshot.threads.iter().all(|t| !t.running && t.blocked.is_some());
-    let for_work = |w: &ThreadWait| {
-        matches!(w.blocked, Blocked::Accept { .. } | Blocked::Poll | Blocked::Sleep) || w.holder.is_none() && parked(w)
-    };
+    // Waiting for something from outside the process: a connection, an event, a timer.
+    let for_work = |w: &ThreadWait| matches!(w.blocked, Blocked::Accept { .. } | Blocked::Poll | Blocked::Sleep);
     let state = if !deadlocks.is_empty() {
         ProcessState::Deadlocked
     } else if !everyone_waits || snapshot.threads.is_empty() {
@@ -147,13 +148,6 @@ pub fn analyse(snapshot: &Snapshot, user: &UserCode, source: &mut SourceCache) -
         ProcessState::Stalled
     };
     StallReport { waits, deadlocks, state }
-}
-
-/// A thread parked for want of work, not waiting on another's lock: a queue's `get`, a
-/// condition's `wait` in a worker pool, an executor waiting for tasks. Told by its innermost
-/// user frame taking no lock while the futex is deeper (in the standard library).
-fn parked(w: &ThreadWait) -> bool {
-    w.lock.is_none() && matches!(w.blocked, Blocked::Futex { owner: None, .. }) && w.at.is_none()
 }
 
 /// A lock a thread holds: the expression that names it, and the line that took it.
@@ -295,7 +289,7 @@ mod tests {
     }
 
     fn futex(address: u64) -> Option<Blocked> {
-        Some(Blocked::Futex { address, owner: None })
+        Some(Blocked::Futex { address, owner: None, name: None })
     }
 
     /// Writes `text` as app.py in a fresh directory: the user's code.
@@ -364,7 +358,7 @@ def two():
     #[test]
     fn mutex_owners_make_a_cycle_without_any_source() {
         let user = UserCode::new::<&str>([], None);
-        let owned = |address, owner| Some(Blocked::Futex { address, owner: Some(owner) });
+        let owned = |address, owner| Some(Blocked::Futex { address, owner: Some(owner), name: None });
         let native = |f: &str| SnapshotFrame { frame: Frame::native(f, "/srv/app"), locals: Vec::new() };
         let snap = snapshot(vec![
             thread(1, vec![native("main")], Some(Blocked::Child)),

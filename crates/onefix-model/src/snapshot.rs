@@ -67,6 +67,9 @@ pub enum Blocked {
     Futex {
         address: u64,
         owner: Option<u64>,
+        /// The variable the futex is, when a symbol names it (a global `pthread_mutex_t`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        name: Option<String>,
     },
     /// Reading or receiving from a descriptor; `what` says what it is ("TCP 127.0.0.1:5312 ->
     /// 127.0.0.1:8080", "pipe", a file path).
@@ -110,6 +113,7 @@ impl Blocked {
     /// In words, for a person: "a lock (futex 0x7f..)", "a read on TCP ...".
     pub fn describe(&self) -> String {
         match self {
+            Blocked::Futex { name: Some(name), .. } => format!("the lock `{name}`"),
             Blocked::Futex { address, .. } => format!("a lock or condition (futex 0x{address:x})"),
             Blocked::Read { what, .. } => format!("a read on {what}"),
             Blocked::Write { what, .. } => format!("a write to {what}"),

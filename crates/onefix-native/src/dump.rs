@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use framehop::x86_64::CacheX86_64;
 use onefix_collect::{blocked, process};
-use onefix_model::snapshot::{Snapshot, SnapshotFrame, ThreadSnapshot};
+use onefix_model::snapshot::{Blocked, Snapshot, SnapshotFrame, ThreadSnapshot};
 
 use crate::{NativeError, Symbolizer};
 
@@ -45,7 +45,7 @@ pub fn native_snapshot(pid: u32) -> Result<Snapshot, NativeError> {
     }
     // What each thread is blocked in is read before it is stopped: the system call it sits in
     // does not change while it waits, and /proc reads it without a stop.
-    let before: Vec<(u64, Option<onefix_model::snapshot::Blocked>, bool)> = blocked::thread_ids(pid)
+    let before: Vec<(u64, Option<Blocked>, bool)> = blocked::thread_ids(pid)
         .into_iter()
         .map(|tid| {
             let waits = blocked::blocked_in(pid, tid);
@@ -80,6 +80,13 @@ pub fn native_snapshot(pid: u32) -> Result<Snapshot, NativeError> {
             }
             None => notes.push(format!("thread {tid} ended while the others were read")),
         }
+        // A mutex that is a global variable is named by its symbol (`journal`).
+        let waits = waits.map(|w| match w {
+            Blocked::Futex { address, owner, .. } => {
+                Blocked::Futex { address, owner, name: symbolizer.variable_at(pid, address) }
+            }
+            other => other,
+        });
         threads.push(ThreadSnapshot {
             tid,
             name: blocked::thread_name(pid, tid),

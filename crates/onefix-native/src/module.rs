@@ -197,6 +197,14 @@ impl ModuleFile {
         candidates.into_iter().find(|c| c.as_path() != path && c.is_file())
     }
 
+    /// The symbol whose range holds `svma` (a function, or a global variable such as a
+    /// mutex), demangled; `None` without a symbol table.
+    pub fn symbol_at(&self, svma: u64) -> Option<String> {
+        let mut guard = self.symbolizer.lock().unwrap_or_else(|e| e.into_inner());
+        let loader = guard.get_or_insert_with(|| self.load_symbolizer()).as_ref()?;
+        loader.find_symbol(svma).map(demangle)
+    }
+
     /// Frames for one address of this module (an svma), innermost first: inlined calls
     /// expand into several frames. Never empty: an unknown address becomes `0x…` with the
     /// module's name.

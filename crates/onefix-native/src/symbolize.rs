@@ -122,6 +122,24 @@ impl Symbolizer {
         }
     }
 
+    /// The name of the global variable at `addr` in `pid` (a mutex, say), from the symbol
+    /// table of the module whose data holds it. The module is found by its path in
+    /// /proc/PID/maps and placed by the bias of its executable mapping, which every segment of
+    /// one module shares.
+    pub fn variable_at(&mut self, pid: u32, addr: u64) -> Option<String> {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let path = maps.lines().find_map(|l| {
+            let mut f = l.split_whitespace();
+            let (a, b) = f.next()?.split_once('-')?;
+            let (a, b) = (u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?);
+            let path = f.nth(4)?;
+            ((a..b).contains(&addr) && path.starts_with('/')).then(|| path.to_owned())
+        })?;
+        let space = self.spaces.get(&pid)?;
+        let m = space.mappings().iter().find(|m| m.module.name == path)?;
+        m.module.symbol_at(addr.wrapping_sub(m.bias))
+    }
+
     /// Forgets a process that exited.
     pub fn forget(&mut self, pid: u32) {
         self.spaces.remove(&pid);

@@ -129,6 +129,8 @@ fn a_native_deadlock_between_two_pthread_mutexes_is_found_from_their_owners() {
             assert_eq!(w["holder"]["evidence"], "mutex-owner");
             assert_eq!(w["blocked"]["owner"], e["holder"], "the owner field names the holder");
             assert!(w["at"]["file"].as_str().unwrap().ends_with("ledger_deadlock.c"), "{w:#}");
+            // The mutexes are globals: their symbols name them.
+            assert!(["journal", "ledger"].contains(&w["lock"].as_str().unwrap_or("")), "{w:#}");
             w["at"]["line"].as_u64().unwrap()
         })
         .collect();
