@@ -41,9 +41,12 @@ anew for every request:
                             (defined in the URL, then the headers, then the body)
 A literal {{ is written {{choice {{}}. With the same --seed, request N is the same in every run.
 
-Example, a BitTorrent announce over 2,000 torrents and 1,000 peers at 1,000 requests/s:
+Example, a BitTorrent announce over 2,000 torrents and 1,000 peers at 1,000 requests/s. The placeholders sit in shell variables so that no line of it wraps: paste all five lines.
+  HASH='{{pick 2000 bytes 20 urlencode}}'
+  PEER='{{pick 1000 bytes 20 urlencode}}'
+  PORT='{{int 1024 65535}}' LEFT='{{int 0 1000000}}'
   onefix load --rate 1000 --duration 30s \\
-    'http://127.0.0.1:6969/announce?info_hash={{pick 2000 bytes 20 urlencode}}&peer_id={{pick 1000 bytes 20 urlencode}}&port={{int 1024 65535}}&uploaded=0&downloaded=0&left={{int 0 1000000}}&compact=1'
+    \"http://127.0.0.1:6969/announce?info_hash=$HASH&peer_id=$PEER&port=$PORT&left=$LEFT&compact=1\"
 ";
 
 /// The largest `bytes N` and pool size accepted.

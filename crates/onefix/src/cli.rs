@@ -37,7 +37,6 @@ pub enum Command {
     /// its deadlocks: which thread waits at which line for the lock which other thread holds.
     Dump(DumpArgs),
     /// Shell completions and man pages, generated from this command line (for packagers).
-    #[command(hide = true)]
     Generate(GenerateArgs),
     /// Removes a recording's temporary directories once onefix and its target have ended
     /// (started by onefix itself; not for people).
@@ -80,13 +79,14 @@ pub struct OutputArgs {
     /// and the script's directory.
     #[arg(long = "user-code", value_name = "DIR")]
     pub user_code: Vec<PathBuf>,
-    /// No progress line, only the summary.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 #[derive(Args, Debug)]
 pub struct RecordArgs {
+    /// No progress line while recording and no notes on where the recording went: only the
+    /// summary.
+    #[arg(long, short)]
+    pub quiet: bool,
     /// Attach to this running process instead of starting one.
     #[arg(long, short, conflicts_with = "command")]
     pub pid: Option<u32>,
@@ -223,6 +223,10 @@ pub struct ReportArgs {
     pub memory_view: MemoryViewArgs,
     #[command(flatten)]
     pub outputs: OutputArgs,
+    /// Accepted for scripts written when `report` shared `record`'s options: a report prints
+    /// no progress line, so there is nothing to quiet.
+    #[arg(long, short, hide = true)]
+    pub quiet: bool,
 }
 
 #[derive(Args, Clone, Debug)]

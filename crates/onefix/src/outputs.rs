@@ -239,6 +239,7 @@ pub fn plan_record(
     default_name: impl FnOnce() -> PathBuf,
     args: &OutputArgs,
     load_json: Option<&Path>,
+    quiet: bool,
 ) -> Result<RecordPlan> {
     let mut args = args.clone();
     let mut recording_path = output.map(Path::to_path_buf);
@@ -262,7 +263,7 @@ pub fn plan_record(
                 }
                 *slot = Some(path.to_path_buf());
                 recording_path = None;
-                if !args.quiet && !no_save {
+                if !quiet && !no_save {
                     crate::messages::say(format_args!(
                         "-o {} is written as {flag} would write it; the recording keeps its default name",
                         path.display()

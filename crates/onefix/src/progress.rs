@@ -120,3 +120,59 @@ impl Sampler for Watched<'_> {
         tick
     }
 }
+
+/// The progress line kept on the terminal's last row, out of the way of the target's own
+/// output: the rows above it become the scrolling region (as apt draws its progress bar), so
+/// whatever the target prints scrolls there and never lands on the line, and the line is
+/// redrawn in place. On a terminal too small for a region, the line is drawn where the cursor
+/// is, cleared first.
+pub struct StatusLine {
+    rows: Option<u16>,
+}
+
+impl StatusLine {
+    /// Reserves the last row of the terminal on stderr.
+    pub fn reserve() -> StatusLine {
+        let rows = terminal_rows().filter(|&r| r >= 4);
+        if let Some(rows) = rows {
+            // A new line to make room, then the region above the last row; the cursor goes
+            // back to where the text continues.
+            eprint!("\n\x1b7\x1b[1;{}r\x1b8\x1b[1A", rows - 1);
+        }
+        StatusLine { rows }
+    }
+
+    pub fn draw(&mut self, text: &str) {
+        let now = terminal_rows().filter(|&r| r >= 4);
+        match (self.rows, now) {
+            (Some(was), Some(rows)) => {
+                if rows != was {
+                    // The terminal was resized: the region follows it.
+                    eprint!("\x1b7\x1b[1;{}r\x1b8", rows - 1);
+                    self.rows = Some(rows);
+                }
+                eprint!("\x1b7\x1b[{rows};1H\x1b[2K{text}\x1b8");
+            }
+            _ => eprint!("\r\x1b[2K{text}"),
+        }
+    }
+
+    /// Gives the whole terminal back, with the last row cleared.
+    pub fn release(self) {
+        match self.rows {
+            Some(_) => {
+                let rows = terminal_rows().unwrap_or(self.rows.unwrap_or(24));
+                eprint!("\x1b7\x1b[r\x1b[{rows};1H\x1b[2K\x1b8");
+            }
+            None => eprint!("\r\x1b[2K"),
+        }
+    }
+}
+
+/// The terminal's height, from stderr.
+fn terminal_rows() -> Option<u16> {
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize; it fails harmlessly on a descriptor that is no terminal.
+    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_row > 0).then_some(size.ws_row)
+}

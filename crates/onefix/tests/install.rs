@@ -1,6 +1,6 @@
 //! What an installed onefix gives its users beyond profiling (issue 8): `--version`, `--help`
 //! for every command, and shell completions and man pages generated from the same command-line
-//! definition (`onefix generate`, hidden, for packagers).
+//! definition (`onefix generate`, for packagers).
 
 use std::process::{Command, Output, Stdio};
 
@@ -14,7 +14,7 @@ fn stdout(args: &[&str]) -> String {
     String::from_utf8(onefix(args).stdout).unwrap()
 }
 
-const COMMANDS: &[&str] = &["record", "report", "load", "compare"];
+const COMMANDS: &[&str] = &["record", "report", "load", "compare", "top", "dump", "generate"];
 
 #[test]
 fn version_names_the_package_version() {
@@ -27,13 +27,39 @@ fn help_lists_every_command_and_each_command_has_its_own() {
     for c in COMMANDS {
         assert!(help.contains(c), "{c} missing from --help:\n{help}");
     }
-    assert!(!help.contains("generate"), "the packagers' command stays hidden:\n{help}");
     for (c, option) in [("record", "--pid"), ("report", "--json"), ("load", "--rate"), ("compare", "--json")] {
         let sub = stdout(&[c, "--help"]);
         assert!(sub.contains(option), "{c} --help lacks {option}:\n{sub}");
     }
     // load's long help carries the template syntax.
     assert!(stdout(&["load", "--help"]).contains("{{int A B}}"));
+    // `report` prints no progress line: it documents no option to quiet one.
+    assert!(!stdout(&["report", "--help"]).contains("progress"));
+}
+
+/// The example in `load --help` pastes into a shell as printed, at a narrow terminal too: run
+/// through bash with `onefix` standing for a function that prints its arguments, its URL
+/// arrives whole, and onefix takes it as a valid template (it fails only on the closed port).
+#[test]
+fn the_load_help_example_pastes_into_a_shell() {
+    for columns in ["80", "200"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_onefix")).args(["load", "--help"]).env("COLUMNS", columns).output();
+        let help = String::from_utf8(out.unwrap().stdout).unwrap();
+        let example: Vec<&str> = help.lines().skip_while(|l| !l.starts_with("Example")).skip(1).collect();
+        let example: Vec<&str> = example.into_iter().skip_while(|l| !l.starts_with("  ")).collect();
+        assert!(example.len() >= 2, "no example in load --help:\n{help}");
+        let script = format!("onefix() {{ printf '%s\\n' \"$@\"; }}\n{}", example.join("\n"));
+        let run = Command::new("bash").arg("-c").arg(&script).output().unwrap();
+        assert!(run.status.success(), "{script}\n{}", String::from_utf8_lossy(&run.stderr));
+        let printed = String::from_utf8(run.stdout).unwrap();
+        let url = printed.lines().last().unwrap();
+        assert!(url.starts_with("http://127.0.0.1:6969/announce?") && url.ends_with("&compact=1"), "{url}");
+        assert_eq!(url.matches("{{").count(), 4, "{url}");
+        let closed = url.replace("127.0.0.1:6969", "127.0.0.1:9");
+        let load = Command::new(env!("CARGO_BIN_EXE_onefix")).args(["load", &closed, "-n", "1"]).output().unwrap();
+        let err = String::from_utf8_lossy(&load.stderr);
+        assert!(err.contains("nothing is listening at 127.0.0.1:9"), "the template was refused: {err}");
+    }
 }
 
 #[test]

@@ -408,12 +408,17 @@ def crunch():
     return t
 
 end = time.time() + 40
+rounds = 0
 while time.time() < end:
     crunch()
+    rounds += 1
+    print(f"ROUND-{rounds}")
 "#;
 
 /// `onefix top` in a real terminal (tmux): the target's hot line appears on the live screen,
-/// `q` quits, the target it started is stopped, and `--output` kept what it saw.
+/// with the program's own output in a pane under it; `q` quits, the target it started is
+/// stopped, the last view and the program's last lines stay on the terminal as a summary, and
+/// `--output` kept what it saw.
 #[test]
 fn top_shows_the_hot_line_live_and_quits_on_q() {
     let s = Scratch::new("top");
@@ -435,13 +440,24 @@ fn top_shows_the_hot_line_live_and_quits_on_q() {
     assert!(seen, "the hot line {hot} never appeared:\n{screen}");
     assert!(screen.contains("onefix top: python3") && screen.contains("q quits"), "{screen}");
     assert!(screen.contains("MainThread"), "thread states are shown:\n{screen}");
+    // The program's prints are not wiped by the redraws: they are in the pane, each whole.
+    let (printed, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains("ROUND-"));
+    assert!(printed && screen.contains("the program's output"), "the program's output is not shown:\n{screen}");
+    let round = |l: &str| l.trim().strip_prefix("ROUND-").is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
+    assert!(screen.lines().any(round), "{screen}");
     let pid: u32 = screen.split("(pid ").nth(1).and_then(|t| t.split(')').next()).unwrap().parse().unwrap();
 
     tmux.run(&["send-keys", "-t", "top", "q"]);
     let (quit, screen) = tmux.wait_for(std::time::Duration::from_secs(10), |s| s.contains("TOP-EXITED-"));
     assert!(quit, "q did not quit:\n{screen}");
     assert!(screen.contains("TOP-EXITED-0"), "{screen}");
-    assert!(!screen.contains("hot lines of your code"), "the terminal is given back as it was:\n{screen}");
+    // The view left the alternate screen; what it last showed is printed as the summary, after
+    // the program's last lines.
+    let summary = &screen[..screen.find("TOP-EXITED-").unwrap()];
+    let output_at = summary.find("the program's last output").expect("the program's last lines are kept");
+    let view_at = summary.find("hot lines of your code").expect("the last view is kept as a summary");
+    assert!(output_at < view_at && summary.contains(&hot), "{screen}");
+    assert!(summary.lines().any(|l| l.trim().starts_with("ROUND-")), "{screen}");
     assert!(!Path::new(&format!("/proc/{pid}")).exists(), "the target top started is stopped and reaped");
 
     let out = onefix().arg("report").arg(&rec).arg("--json").arg(s.path("top.json")).output().unwrap();
@@ -482,6 +498,36 @@ fn record_shows_a_progress_line_only_on_a_terminal() {
     assert!(line.starts_with("onefix: ") && line.contains(" samples, 0 read errors"), "{line}");
     let (done, screen) = tmux.wait_for(std::time::Duration::from_secs(20), |s| s.contains("RECORD-EXITED-"));
     assert!(done && screen.contains("RECORD-EXITED-0"), "{screen}");
+
+    // The program prints to the same terminal: the progress line stays on the last row, out
+    // of the way, and never lands inside one of the program's lines.
+    let shared = Tmux::new("progress-shared");
+    let command = format!(
+        "cd {} && {} record -d 4s -o {} -- python3 {}; echo RECORD-EXITED-$?; sleep 60",
+        s.0.display(),
+        env!("CARGO_BIN_EXE_onefix"),
+        s.path("shared.onefix").display(),
+        prog.display()
+    );
+    shared.run(&["new-session", "-d", "-s", "top", "-x", "150", "-y", "12", &command]);
+    let last_row = |screen: &str| screen.trim_end_matches('\n').lines().last().unwrap_or("").to_owned();
+    let (seen, screen) = shared.wait_for(std::time::Duration::from_secs(20), |s| {
+        let printed = s.lines().any(|l| l.trim().strip_prefix("ROUND-").is_some_and(|n| n.parse::<u32>().is_ok()));
+        printed && last_row(s).starts_with("onefix: ") && last_row(s).contains(" samples, ")
+    });
+    assert!(seen, "the progress line is not on the last row, under the program's output:\n{screen}");
+    let (done, _) = shared.wait_for(std::time::Duration::from_secs(20), |s| s.contains("RECORD-EXITED-"));
+    assert!(done);
+    let all = shared.run(&["capture-pane", "-p", "-S", "-200", "-t", "top"]);
+    let rounds: Vec<&str> = all.lines().filter(|l| l.contains("ROUND-") && !l.contains("print(")).collect();
+    assert!(rounds.len() >= 2, "{all}");
+    for line in rounds {
+        let n = line.trim().strip_prefix("ROUND-").unwrap_or("");
+        assert!(
+            !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()),
+            "a line of the program was broken: {line:?}\n{all}"
+        );
+    }
 
     for quiet in [false, true] {
         let out = onefix()

@@ -52,8 +52,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     let load = load_plan(&args)?;
     // Every output is checked before the target starts.
     let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
-    let plan =
-        outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
+    let plan = outputs::plan_record(
+        args.output.as_deref(),
+        args.no_save,
+        || default_output(&args),
+        &args.outputs,
+        load_json,
+        args.quiet,
+    )?;
     let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
     catch_interrupts();
     recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
@@ -214,12 +220,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let streamed = recording.dest.as_ref().is_some_and(|d| matches!(d.dest, crate::output::Dest::Stream { .. }));
     match saved_at {
-        Ok(Some(p)) if !args.outputs.quiet && !streamed => crate::messages::say(format_args!(
+        Ok(Some(p)) if !args.quiet && !streamed => crate::messages::say(format_args!(
             "recording saved to {} (render it again with `onefix report {}`)",
             p.display(),
             p.display()
         )),
-        Ok(Some(p)) if !args.outputs.quiet => {
+        Ok(Some(p)) if !args.quiet => {
             crate::messages::say(format_args!("the recording was written to {}", p.display()))
         }
         Err(()) => return Ok(ExitCode::from(crate::messages::RECORDED_BUT_INCOMPLETE)),

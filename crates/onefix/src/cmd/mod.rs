@@ -7,3 +7,4 @@ pub mod memory;
 pub mod record;
 pub mod report;
 pub mod top;
+mod top_output;

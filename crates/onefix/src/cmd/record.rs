@@ -38,8 +38,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // Every output is checked, and the recording's file made, before anything starts, so an
     // unwritable path costs the target nothing.
     let load_json = args.load.as_ref().and_then(|l| l.0.json.as_deref());
-    let plan =
-        outputs::plan_record(args.output.as_deref(), args.no_save, || default_output(&args), &args.outputs, load_json)?;
+    let plan = outputs::plan_record(
+        args.output.as_deref(),
+        args.no_save,
+        || default_output(&args),
+        &args.outputs,
+        load_json,
+        args.quiet,
+    )?;
     let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
 
     catch_interrupts();
@@ -89,7 +95,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
 
     let schedule =
         Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
-    let progress = !args.outputs.quiet && std::io::stderr().is_terminal();
+    let progress = !args.quiet && std::io::stderr().is_terminal();
     let mut driven = None;
     if let Some((cfg, addr)) = load {
         if let Err(e) = wait_for_server(pid, addr) {
@@ -133,15 +139,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
         None => sampler.as_sampler(),
     };
+    let mut status = progress.then(crate::progress::StatusLine::reserve);
     let outcome = record(sampling, &mut profile, Some(&mut writer), &schedule, stop, |p| {
-        if let Some(w) = &watch {
+        if let (Some(w), Some(status)) = (&watch, status.as_mut()) {
             let mut w = w.borrow_mut();
             w.flushed = true;
-            eprint!("\r{}\x1b[K", w.line(p, started.elapsed()));
+            status.draw(&w.line(p, started.elapsed()));
         }
     });
-    if progress {
-        eprintln!();
+    if let Some(status) = status {
+        status.release();
     }
     let load_result = driven.map(DrivenLoad::finish);
     let elapsed_us = started.elapsed().as_micros() as u64;
@@ -317,7 +324,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         // The sentence about the unwritten recording or output was printed above.
         Err(_) => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
         _ if outputs_failed => return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE)),
-        Ok(Some(p)) if !args.outputs.quiet => match &rerender {
+        Ok(Some(p)) if !args.quiet => match &rerender {
             Some(_) => crate::messages::say(format_args!(
                 "recording saved to {} (render it again with `onefix report {}`)",
                 p.display(),

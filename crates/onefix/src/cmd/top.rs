@@ -37,8 +37,22 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     if let Some(r) = recording.as_mut() {
         r.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
     }
+    // A program top starts writes to a pseudo-terminal whose last lines top shows in a pane,
+    // since the view's redraws would wipe them from the screen.
+    let interactive = io::stdin().is_terminal() && io::stdout().is_terminal();
+    let (columns, rows) = terminal_size();
+    let captured = if interactive && args.pid.is_none() {
+        super::top_output::capture(columns as u16, output_pane_rows(rows).max(1) as u16)
+    } else {
+        None
+    };
     // The same start or attach as `record`, so top sees what a recording would.
-    let started_target = start_target(&TargetSpec::of_top(&args))?;
+    let started_target = start_target(&TargetSpec::of_top(&args));
+    let program_output = captured.map(|(output, redirected)| {
+        drop(redirected);
+        output
+    });
+    let started_target = started_target?;
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
@@ -94,6 +108,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     let mut round = 0u64;
     // How long sampling lasted: to the target's end, not to the key that closed the view.
     let mut sampled_us = 0u64;
+    let mut last_frame: Option<Vec<u8>> = None;
     loop {
         let elapsed = started.elapsed();
         if args.duration.is_some_and(|d| elapsed >= d) {
@@ -150,6 +165,7 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             &Options { mode, cpus: Some(onefix_model::attachments::Machine::this().cpus), ..Options::default() },
         );
         profile.take_samples();
+        let pane = if program_output.is_some() { output_pane_rows(screen.rows) } else { 0 };
         let status = TopStatus {
             target: target_desc.clone(),
             elapsed_s: started.elapsed().as_secs_f64(),
@@ -158,10 +174,22 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
             window_s: args.window.as_secs_f64(),
             ended: ended.clone(),
             columns: screen.columns,
-            rows: screen.rows,
+            rows: screen.rows.saturating_sub(pane + usize::from(pane > 0)),
         };
         profile.samples = window.clone();
-        screen.draw(|w| write_top(w, &profile, &diagnosis, &status));
+        screen.draw(|w| {
+            write_top(&mut *w, &profile, &diagnosis, &status)?;
+            match &program_output {
+                Some(output) => write_output_pane(w, output, pane, screen.columns),
+                None => Ok(()),
+            }
+        });
+        // Kept for the summary printed on quit, once the view is gone.
+        let mut frame = Vec::new();
+        let plain = TopStatus { columns: screen.columns, rows: usize::MAX / 2, ..status };
+        if write_top(&mut frame, &profile, &diagnosis, &plain).is_ok() {
+            last_frame = Some(frame);
+        }
         profile.take_samples();
     }
 
@@ -170,6 +198,31 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
     profile.meta.exit = Some(sampler.stop(&mut profile, elapsed_us, target_exited, pid));
     profile.meta.duration_s = elapsed_us as f64 / 1e6;
     drop(screen);
+    // The view is gone with the alternate screen: what it last showed stays on the terminal,
+    // after the last lines the program printed.
+    if interactive {
+        let mut out = io::stdout().lock();
+        if let Some(output) = &program_output {
+            let lines = output.last(SUMMARY_OUTPUT_LINES);
+            if !lines.is_empty() {
+                let shown = lines.len() as u64;
+                let more = output.count().saturating_sub(shown);
+                let _ = writeln!(
+                    out,
+                    "the program's last output{}:",
+                    if more > 0 { format!(" ({more} lines before these)") } else { String::new() }
+                );
+                for line in lines {
+                    let _ = writeln!(out, "  {line}");
+                }
+                let _ = writeln!(out);
+            }
+        }
+        if let Some(frame) = &last_frame {
+            let _ = out.write_all(frame);
+        }
+        let _ = out.flush();
+    }
     for warning in sampler.warnings() {
         crate::messages::say(warning);
     }
@@ -200,6 +253,42 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         crate::messages::say(format_args!("the target exited with {code}"));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lines of the program's output shown again on quit, above the summary.
+const SUMMARY_OUTPUT_LINES: usize = 10;
+
+/// Rows of the pane that shows the program's last output: a fifth of the screen, 3 to 8.
+fn output_pane_rows(rows: usize) -> usize {
+    (rows / 5).clamp(3, 8)
+}
+
+/// The terminal's size on stdout, or 100 x 40.
+fn terminal_size() -> (usize, usize) {
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ fills a winsize; it fails harmlessly on a descriptor that is no terminal.
+    if unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut size) } == 0 && size.ws_col > 0 {
+        (size.ws_col as usize, size.ws_row as usize)
+    } else {
+        (100, 40)
+    }
+}
+
+/// The pane under the view: a rule, then the program's last `rows` lines, cut to the width.
+fn write_output_pane(
+    w: &mut dyn Write,
+    output: &super::top_output::ProgramOutput,
+    rows: usize,
+    columns: usize,
+) -> io::Result<()> {
+    let title = format!("── the program's output ({} lines) ", output.count());
+    let rule = "─".repeat(columns.saturating_sub(title.chars().count()));
+    writeln!(w, "{title}{rule}")?;
+    let lines = output.last(rows);
+    for line in &lines {
+        writeln!(w, "{}", line.chars().take(columns.saturating_sub(1)).collect::<String>())?;
+    }
+    Ok(())
 }
 
 /// Stamps samples with the time since top started: each round's recording loop counts from 0.
