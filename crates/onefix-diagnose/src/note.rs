@@ -131,22 +131,22 @@ impl fmt::Display for Note {
             ),
             Note::ParkedInBusy { percent } => write!(
                 f,
-                "{percent:.0}% of the busy threads' time was spent waiting in an event loop or on other threads, charged to no line"
+                "{percent:.0}% of the working threads' time was spent waiting in an event loop or on other threads, charged to no line"
             ),
             Note::OutsideUser { percent } => write!(
                 f,
-                "{percent:.0}% of the busy threads' time ran outside your code (start-up, imports, the interpreter or runtime)"
+                "{percent:.0}% of the working threads' time ran outside your code (start-up, imports, the interpreter or runtime)"
             ),
             Note::CutShort { percent } => write!(
                 f,
-                "{percent:.0}% of the busy threads' time is in native stacks cut short before they reached your code (a frame larger than the stack bytes copied per sample, see --stack-bytes, or code without unwind information), so it is charged to no line"
+                "{percent:.0}% of the working threads' time is in native stacks cut short before they reached your code (a frame larger than the stack bytes copied per sample, see --stack-bytes, or code without unwind information), so it is charged to no line"
             ),
             Note::NoUserCode { dirs } => {
                 write!(f, "no sample ran in your code (taken to be under {dirs}); pass --user-code DIR to say where it is")
             }
             Note::GilQueue { percent } => write!(
                 f,
-                "Python threads queued for the GIL {percent:.0}% of the busy threads' time (charged to the lines that held it): only one thread of a process runs Python code at a time, so more threads do not add speed; for CPU-bound work use processes, or native code that releases the GIL"
+                "Python threads queued for the GIL {percent:.0}% of the working threads' time (charged to the lines that held it): only one thread of a process runs Python code at a time, so more threads do not add speed; for CPU-bound work use processes, or native code that releases the GIL"
             ),
             Note::Said(s) => f.write_str(s),
         }

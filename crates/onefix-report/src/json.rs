@@ -7,7 +7,7 @@
 //! `line`, `share`}]}].
 //!
 //! Added fields: per finding `max_speedup_range` ([low, high or null]: the bound's 95% interval
-//! from sampling alone), `gain_basis` (what the bound rests on), `why`, `recurrence`, `rule`,
+//! from sampling alone: with this many samples), `gain_basis` (what the bound rests on), `why`, `recurrence`, `rule`,
 //! `enclosing_loop`; at the top `unit`,
 //! `rate_hz`, `share_of` (what every share is a fraction of), `total_weight`, `busy_weight` (the
 //! shares' denominator), `idle_share` (idle threads, as a fraction of `total_weight`),

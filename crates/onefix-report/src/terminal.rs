@@ -220,10 +220,15 @@ impl Summary<'_> {
             // Near a share of 1 the bound rests on the few samples outside the line: say how
             // far sampling alone could move it when that is more than a tenth.
             match f.speedup_range() {
-                Some((lo, None)) => gain.push_str(&format!(" (from sampling alone: at least {lo:.1}x)")),
-                Some((lo, Some(hi))) if lo < 0.9 * bound || hi > 1.1 * bound => {
-                    gain.push_str(&format!(" (from sampling alone: {lo:.1}x to {hi:.1}x)"))
-                }
+                Some((lo, None)) => gain.push_str(&format!(
+                    "; this line is nearly all the time, so the samples outside it are too few to say more than at least {lo:.0}x"
+                )),
+                Some((lo, Some(hi))) if bound > 100.0 && (lo < 0.9 * bound || hi > 1.1 * bound) => gain.push_str(
+                    &format!("; this line is nearly all the time, so the few samples outside it leave anywhere from {lo:.0}x to {hi:.0}x possible"),
+                ),
+                Some((lo, Some(hi))) if lo < 0.9 * bound || hi > 1.1 * bound => gain.push_str(&format!(
+                    " (with this many samples, anywhere from {lo:.1}x to {hi:.1}x)"
+                )),
                 _ => {}
             }
             lines.push(gain);
@@ -284,8 +289,12 @@ impl Summary<'_> {
             parts.push(format!("{} of {} reads failed{rate}", thousands(stats.errors), thousands(stats.ticks)));
         }
         if stats.late > 0 {
-            let plural = if stats.late == 1 { "tick" } else { "ticks" };
-            parts.push(format!("{} {plural} started late", thousands(stats.late)));
+            let ticks = stats.ticks.max(stats.late);
+            parts.push(format!(
+                "{} of {} samples were taken late, because reading the previous one took longer than the interval (a busy machine, or many threads): the rate was lower than asked",
+                thousands(stats.late),
+                thousands(ticks)
+            ));
         }
         Some(format!("sampling: {}", parts.join(", ")))
     }

@@ -126,12 +126,12 @@ fn lab_exchange_aggregator_names_the_serial_loop_and_the_decode_line() {
         line_of(&src, "for i := 0; i < exchanges; i++ {"),
         "the loop that issues the requests: {slow:#}"
     );
-    let in_flight = f["evidence"]
-        .as_array()
+    let in_flight = f["why"]
+        .as_str()
         .unwrap()
-        .iter()
-        .find_map(|e| e["frame"].as_str()?.strip_prefix("waits in flight at once: "))
-        .expect("in-flight evidence");
+        .split("one wait in flight at a time (mean ")
+        .nth(1)
+        .expect("the waits in flight are said in why");
     let mean: f64 = in_flight.split(' ').next().unwrap().parse().unwrap();
     assert!(mean <= 1.2, "one request at a time: {in_flight}");
     let decode = slow["findings"]

@@ -276,7 +276,7 @@ impl TaskMerge {
         }
         let pct = |n: u64| n as f64 * 100.0 / s.loop_waits as f64;
         Some(format!(
-            "asyncio: of the event loop's waits, {:.0}% were charged to the one await outstanding, {:.0}% overlapped two or more awaits (left to the loop), {:.0}% had nothing outstanding, {:.0}% had no task snapshot at hand",
+            "asyncio: of the event loop's waits, {:.0}% were charged to the one await outstanding, {:.0}% overlapped two or more awaits (left to the loop), {:.0}% had nothing outstanding, {:.0}% fell between the program's reports of its awaits (none recent enough to charge them to)",
             pct(s.charged),
             pct(s.overlapped),
             pct(s.nothing_outstanding),

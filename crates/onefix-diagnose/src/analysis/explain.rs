@@ -232,7 +232,7 @@ impl Engine<'_> {
             capitalize(&what),
             explained_share * 100.0,
             match mode {
-                Mode::Wall => "busy threads' wall time",
+                Mode::Wall => "time of the threads with work",
                 Mode::Cpu => "CPU time",
             },
             short(&frame.file),

@@ -544,7 +544,7 @@ impl Engine<'_> {
         }
 
         let share_of = match mode {
-            Mode::Wall => "wall time of the busy threads",
+            Mode::Wall => "wall-clock time of the threads with work to do (idle waits for work left out)",
             Mode::Cpu => "CPU time",
         };
         if idle_weight > 0 && idle_weight * 100 >= total_weight {

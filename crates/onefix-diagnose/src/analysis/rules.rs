@@ -76,13 +76,8 @@ fn waits_in_flight(d: &mut Draft, f: &LineFacts, b: &Builtins) {
     } else {
         let mut values = values.to_vec();
         values.push(("why", std::mem::take(&mut d.why)));
+        // The statistic is said in why, with its unit; evidence lists frames only.
         d.why = b.why("serial-waits", &values);
-        d.evidence.push(Evidence {
-            frame: format!("waits in flight at once: {mean:.1} (mean), {peak:.1} (peak)"),
-            file: String::new(),
-            line: 0,
-            share: f.share,
-        });
     }
 }
 
@@ -186,7 +181,7 @@ mod tests {
         run(waits_in_flight, &mut serial, &LineFacts { in_flight: Some((1.0, 1.0)), ..facts(&frame) });
         assert_eq!(serial.kind, Kind::SerialIo);
         assert!(serial.why.ends_with("one wait in flight at a time (mean 1.0 over 50 ms windows, at most 1.0)"));
-        assert!(serial.evidence[0].frame.starts_with("waits in flight at once"));
+        assert!(serial.evidence.iter().all(|e| !e.frame.contains("in flight")), "a statistic is no frame");
     }
 
     #[test]

@@ -86,8 +86,8 @@
         f.why ? el('div', { cls: 'why' }, f.why) : null,
         el('div', { cls: 'fix' }, el('b', { text: 'fix: ' }), f.advice),
         f.max_speedup ? el('div', { cls: 'gain' }, el('b', { text: 'if this cost went away: ' }), 'up to ' + f.max_speedup.toFixed(1) + 'x faster' +
-          (f.max_speedup_range ? ' (from sampling alone: ' + (f.max_speedup_range[1] === null ? 'at least ' + f.max_speedup_range[0].toFixed(1) + 'x)'
-            : f.max_speedup_range[0].toFixed(1) + 'x to ' + f.max_speedup_range[1].toFixed(1) + 'x)') : '')) : null,
+          (f.max_speedup_range ? ' (with this many samples, ' + (f.max_speedup_range[1] === null ? 'at least ' + f.max_speedup_range[0].toFixed(1) + 'x)'
+            : 'anywhere from ' + f.max_speedup_range[0].toFixed(1) + 'x to ' + f.max_speedup_range[1].toFixed(1) + 'x)') : '')) : null,
         el('div', { cls: 'muted' }, 'seen in ' + pct(f.recurrence) + ' of time windows' +
           (f.enclosing_loop ? '; inside the loop at ' + base(f.enclosing_loop) : '') + '; in ' + f.function + ' (' + f.file + ')'));
       if (f.evidence.length) {

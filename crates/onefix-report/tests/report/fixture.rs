@@ -116,7 +116,7 @@ pub fn updater_diagnosis() -> Diagnosis {
     // are idle.
     let busy = 12.0;
     Diagnosis {
-        share_of: "wall time of the busy threads".into(),
+        share_of: "wall-clock time of the threads with work to do (idle waits for work left out)".into(),
         total_weight: 17,
         busy_weight: 12,
         idle_weight: 5,

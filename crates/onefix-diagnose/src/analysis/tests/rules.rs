@@ -136,11 +136,7 @@ fn network_waits_one_at_a_time_are_serial_and_overlapping_ones_are_not() {
     let f = &s.findings[0];
     assert_eq!((f.kind.as_str(), f.rule.as_str(), f.line), ("serial-io", "network-wait", 7), "{f:?}");
     assert!(f.why.contains("one wait in flight at a time (mean 0.8 over 50 ms windows, at most 0.8)"), "{}", f.why);
-    assert!(
-        f.evidence.iter().any(|e| e.frame == "waits in flight at once: 0.8 (mean), 0.8 (peak)"),
-        "{:?}",
-        f.evidence
-    );
+    assert!(f.evidence.iter().all(|e| !e.frame.contains("in flight")), "a statistic is no frame: {:?}", f.evidence);
     let f = &o.findings[0];
     assert_eq!(
         (f.kind.as_str(), f.rule.as_str(), f.line),
