@@ -41,6 +41,9 @@ try {
     evidence: c.querySelectorAll('.evidence td').length / 3,
   })));
   result.sections = await page.$$eval('h2', (hs) => hs.map((h) => h.textContent));
+  // `onefix compare --html`: the verdict sentences and the lines' change table.
+  result.verdicts = await page.$$eval('#verdict .verdict', (ps) => ps.map((p) => p.textContent));
+  result.changes = await page.$$eval('#verdict table.changes tr', (rows) => rows.slice(1).map((r) => Array.from(r.cells).map((c) => c.textContent)));
   result.timelineRows = await page.$$eval('.timeline .row', (rows) => rows.length);
   result.snippets = await page.$$eval('.hotline pre span.here', (spans) => spans.map((s) => s.textContent));
 

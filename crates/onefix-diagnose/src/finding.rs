@@ -134,6 +134,28 @@ pub struct Diagnosis {
     pub hot_lines: Vec<HotLine>,
     /// Remarks worth a line in the report (e.g. "3 threads idle for want of work: 61% of wall time").
     pub notes: Vec<crate::Note>,
+    /// The samples counted as idle (threads waiting for work), by index in the profile: the
+    /// writers leave them out where idle time would drown the work (a differential graph).
+    #[serde(skip)]
+    pub idle_samples: SampleSet,
+}
+
+/// A set of sample indices, one bit each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SampleSet(Vec<u64>);
+
+impl SampleSet {
+    pub fn insert(&mut self, index: usize) {
+        let (word, bit) = (index / 64, index % 64);
+        if self.0.len() <= word {
+            self.0.resize(word + 1, 0);
+        }
+        self.0[word] |= 1 << bit;
+    }
+
+    pub fn contains(&self, index: usize) -> bool {
+        self.0.get(index / 64).is_some_and(|w| w & (1 << (index % 64)) != 0)
+    }
 }
 
 #[cfg(test)]

@@ -366,6 +366,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
         findings,
         hot_lines,
         notes,
+        idle_samples: Default::default(),
     }
 }
 

@@ -90,7 +90,17 @@ pub fn render(c: &Comparison, a: &LoadResult, b: &LoadResult, name_a: &str, name
     row("windows", c.latency.n_a.to_string(), c.latency.n_b.to_string());
     let _ = writeln!(s);
     let _ = writeln!(s, "  latency     {}", c.latency.verdict);
-    let _ = writeln!(s, "  throughput  {}", c.throughput.verdict);
+    if a.target_rps.is_some() && b.target_rps.is_some() && c.primary == "latency" {
+        // An open loop sends at the asked rate whatever the server does: throughput then
+        // measures the schedule, not the server.
+        let _ = writeln!(
+            s,
+            "  throughput  set by the open-loop schedule, not by the server: both runs kept to the rate asked ({})",
+            c.throughput.verdict
+        );
+    } else {
+        let _ = writeln!(s, "  throughput  {}", c.throughput.verdict);
+    }
     let _ = writeln!(
         s,
         "  (per-window means; Welch's t-test on their logarithms, 95% bootstrap interval; speedup above 1 means B is faster)"
@@ -252,6 +262,19 @@ mod tests {
         let text = render(&c, &a, &b, "slow.json", "fixed.json");
         assert!(text.contains("A: slow.json"));
         assert!(text.contains("verdict (throughput): B is faster: 2.00x"), "{text}");
+    }
+
+    #[test]
+    fn open_loop_runs_lead_with_latency_and_say_the_throughput_is_the_schedule() {
+        let a = synthetic(10.0, 1.0, 1000.0, 10, 11);
+        let b = synthetic(5.0, 0.5, 1000.0, 10, 12);
+        let c = compare(&a, &b);
+        assert_eq!(c.primary, "latency");
+        let text = render(&c, &a, &b, "slow.json", "fixed.json");
+        let latency_at = text.find("  latency     ").unwrap();
+        let throughput_at = text.find("  throughput  set by the open-loop schedule").expect(&text);
+        assert!(latency_at < throughput_at, "{text}");
+        assert!(text.contains("verdict (latency): B is faster"), "{text}");
     }
 
     #[test]

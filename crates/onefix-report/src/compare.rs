@@ -45,6 +45,56 @@ pub fn render_lines(c: &LineComparison, name_a: &str, name_b: &str) -> String {
     s
 }
 
+/// The comparison's verdict in sentences, most telling first: the whole runs' time (a batch
+/// program), the load's verdict (a server), then what the lines did. The HTML comparison leads
+/// with them.
+pub fn verdicts(runs: Option<&RunComparison>, load: Option<String>, lines: &LineComparison) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(r) = runs {
+        let first = render_runs(r, "A", "B");
+        out.push(
+            first
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .replace("the runs (each went to its end): ", "The runs (each went to its end): "),
+        );
+        if r.runs_each == 1 {
+            out.push(
+                "One run each: no spread to test the difference against; on a busy machine, time several runs of each."
+                    .to_owned(),
+            );
+        }
+    }
+    if let Some(load) = load {
+        out.push(format!("The load: {load}."));
+    }
+    let count = |what: &str| lines.lines.iter().filter(|l| l.change == what).count();
+    let (down, up, gone, new) = (count("down"), count("up"), count("gone"), count("new"));
+    out.push(format!(
+        "The lines (per {:.1} s window, Welch's t-test): {down} cost less in B, {up} more, {gone} gone, {new} new, of {} compared.",
+        lines.window_s,
+        lines.lines.len()
+    ));
+    let biggest = lines
+        .lines
+        .iter()
+        .filter(|l| matches!(l.change.as_str(), "down" | "up" | "gone" | "new"))
+        .max_by(|a, b| (a.cost.mean_a - a.cost.mean_b).abs().total_cmp(&(b.cost.mean_a - b.cost.mean_b).abs()));
+    if let Some(l) = biggest {
+        let at = l.at_a.as_deref().or(l.at_b.as_deref()).unwrap_or("");
+        out.push(format!(
+            "The largest change: {at} {} went {} ({} to {} {}).",
+            l.line,
+            l.change,
+            fmt_ms(l.cost.mean_a),
+            fmt_ms(l.cost.mean_b),
+            lines.unit
+        ));
+    }
+    out
+}
+
 /// Two whole runs of a batch program: which took less time, and where each line's time went.
 pub fn render_runs(r: &RunComparison, name_a: &str, name_b: &str) -> String {
     let mut s = String::new();

@@ -85,11 +85,25 @@ pub struct HtmlRun<'a> {
 
 /// Writes the report of one recording, or of two side by side (before, after) with the
 /// differential flame graph.
-pub fn write_html<W: Write>(mut w: W, runs: &[HtmlRun], sources: &dyn SourceFiles) -> io::Result<()> {
+pub fn write_html<W: Write>(w: W, runs: &[HtmlRun], sources: &dyn SourceFiles) -> io::Result<()> {
+    write_html_compared(w, runs, sources, None)
+}
+
+/// [`write_html`] of two runs with their comparison on top (`onefix compare --html`): the
+/// verdict sentences and the lines' change, as `compare` computed them (its JSON).
+pub fn write_html_compared<W: Write>(
+    mut w: W,
+    runs: &[HtmlRun],
+    sources: &dyn SourceFiles,
+    comparison: Option<&Value>,
+) -> io::Result<()> {
     if runs.is_empty() || runs.len() > 2 {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "an HTML report shows one or two recordings"));
     }
-    let data = html_data(runs, sources);
+    let mut data = html_data(runs, sources);
+    if let Some(c) = comparison {
+        data["comparison"] = c.clone();
+    }
     let title = data["title"].as_str().unwrap_or("onefix").to_owned();
     // Inside <script>, `<` is escaped so that no string in the data can close the element.
     let json = serde_json::to_string(&data)?.replace('<', "\\u003c");
@@ -455,7 +469,15 @@ fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
     let mut root = Merged::default();
     for (run, side_b) in [(a, false), (b, true)] {
         let mode = run.mode;
-        let tree = CallTree::build(run.profile, |s| mode.counts(s.state));
+        // Idle threads (waiting for work) are left out: their waits would draw as the widest
+        // change whenever the runs lasted differently, and are no cost of the work.
+        // `build` asks about each sample once, in order: the count is the sample's index.
+        let mut index = 0usize;
+        let tree = CallTree::build(run.profile, |s| {
+            let idle = run.diagnosis.idle_samples.contains(index);
+            index += 1;
+            mode.counts(s.state) && !idle
+        });
         add(&mut root, run.profile, &tree, CallTree::ROOT, side_b);
     }
     let min = |total: u64| ((total as f64 * MIN_NODE_FRACTION).ceil() as u64).max(1);

@@ -34,7 +34,7 @@ pub use describe::signal_name;
 pub use dump::{write_dump, write_dump_json, DumpJson};
 pub use flamegraph::{write_flamegraph, FlamegraphOptions};
 pub use folded::{escape_label, write_folded, FoldedOptions};
-pub use html::{write_html, FileSystemSources, HtmlRun, SourceFiles};
+pub use html::{write_html, write_html_compared, FileSystemSources, HtmlRun, SourceFiles};
 pub use json::{write_json, JsonOptions};
 pub use pprof::write_pprof;
 pub use speedscope::write_speedscope;

@@ -298,7 +298,6 @@ fn html_report_of_a_lab_recording_renders_in_a_headless_browser() {
 fn html_report_of_two_recordings_renders_side_by_side_with_the_difference() {
     use onefix_diagnose::{diagnose, KnowledgeBase, Options, UserCode};
     use onefix_model::recording::read_recording;
-    use onefix_report::{write_html, FileSystemSources, HtmlRun};
 
     let s = Scratch::new("html-compare");
     let before = s.path("before.py");
@@ -330,22 +329,17 @@ fn html_report_of_two_recordings_renders_side_by_side_with_the_difference() {
         .collect();
     assert_eq!(diagnoses[0].findings[0].function, "heavy");
     assert!(diagnoses[1].findings.iter().all(|f| f.function != "heavy"), "{:#?}", diagnoses[1]);
-    let runs: Vec<HtmlRun> = ["before", "after"]
-        .iter()
-        .zip(profiles.iter().zip(&diagnoses))
-        .map(|(label, (profile, diagnosis))| HtmlRun {
-            label: label.to_string(),
-            profile,
-            diagnosis,
-            mode: profile.meta.mode,
-            complete: true,
-        })
-        .collect();
+    // What a user runs: `onefix compare A B --html`, which puts the verdict on top.
     let html = s.path("compare.html");
-    let mut file = std::fs::File::create(&html).unwrap();
-    write_html(&mut file, &runs, &FileSystemSources { cwd: None }).unwrap();
-    drop(file);
-
+    let out = onefix()
+        .args(["compare"])
+        .arg(s.path("before.onefix"))
+        .arg(s.path("after.onefix"))
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let seen = open_in_browser(&html, "html-report-compare.png", "light");
     assert_renders_and_zooms(&seen);
     let shown: Vec<&str> = seen["findings"].as_array().unwrap().iter().map(|f| f["loc"].as_str().unwrap()).collect();
@@ -358,6 +352,18 @@ fn html_report_of_two_recordings_renders_side_by_side_with_the_difference() {
     let diff = &seen["diff"];
     assert!(diff["frames"].as_u64().unwrap() >= 3, "{seen:#}");
     assert!(diff["colours"].as_u64().unwrap() >= 2, "the difference colours what changed: {seen:#}");
+    // The verdict leads the page: the whole runs' times, then the lines' change.
+    assert_eq!(seen["sections"][0], "Verdict", "{seen:#}");
+    let verdicts: Vec<&str> = seen["verdicts"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert!(verdicts[0].starts_with("The runs (each went to its end): B took "), "{verdicts:?}");
+    assert!(verdicts.iter().any(|v| v.starts_with("The lines (per ")), "{verdicts:?}");
+    // The heavy pass, gone from B, is in the table of changes.
+    let rows = seen["changes"].as_array().unwrap();
+    assert!(
+        rows.iter().any(|r| r[2].as_str().is_some_and(|c| c.starts_with("down") || c.starts_with("gone"))
+            && r[4].as_str().is_some_and(|l| l.starts_with("heavy"))),
+        "{seen:#}"
+    );
 }
 
 /// A tmux server of its own (its own socket), killed when the test ends whatever happens.

@@ -232,6 +232,7 @@ impl Engine<'_> {
         let mut busy_timeline: Vec<(u64, u64, u64)> = Vec::new();
         let mut total_weight = 0u64;
         let mut idle_weight = 0u64;
+        let mut idle_samples = crate::finding::SampleSet::default();
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
@@ -255,11 +256,13 @@ impl Engine<'_> {
             total_weight += w;
             if mode == Mode::Cpu && !running {
                 idle_weight += w;
+                idle_samples.insert(index);
                 continue;
             }
             let window = (s.time_us / window_us) as usize;
             if background[s.thread as usize] {
                 idle_weight += w;
+                idle_samples.insert(index);
                 if let Some(line) = self.line_of(s.stack) {
                     *idle_at.entry(line).or_default() += w;
                 }
@@ -273,6 +276,7 @@ impl Engine<'_> {
                 }
                 Some(_) => {
                     idle_weight += w;
+                    idle_samples.insert(index);
                     if let Some(line) = self.line_of(s.stack) {
                         *idle_at.entry(line).or_default() += w;
                         // A thread waiting in its own code for others takes part in the run.
@@ -616,6 +620,7 @@ impl Engine<'_> {
             findings,
             hot_lines,
             notes,
+            idle_samples,
         }
     }
 

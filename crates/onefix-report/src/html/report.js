@@ -70,6 +70,41 @@
     });
   }
 
+  // ---- verdict (onefix compare --html) ----
+  if (data.comparison) {
+    var c = data.comparison;
+    var verdict = section('Verdict', 'verdict');
+    (c.verdicts || []).forEach(function (v, i) {
+      verdict.appendChild(el(i === 0 ? 'p' : 'p', { cls: i === 0 ? 'verdict lead' : 'verdict' }, v));
+    });
+    function ms(x) { return x === null || x === undefined || !isFinite(x) ? '-' : (x >= 100 ? x.toFixed(0) : x >= 1 ? x.toFixed(1) : x.toFixed(3)); }
+    if (c.runs && c.runs.lines && c.runs.lines.length) {
+      var rt = el('table', { cls: 'lines runs' }, el('tr', null, el('th', { cls: 'num', text: 'A (s)' }), el('th', { cls: 'num', text: 'B (s)' }),
+        el('th', { text: 'where' }), el('th', { text: 'line (time per whole run)' })));
+      c.runs.lines.forEach(function (l) {
+        rt.appendChild(el('tr', null, el('td', { cls: 'num', text: l.seconds_a.toFixed(2) }), el('td', { cls: 'num', text: l.seconds_b.toFixed(2) }),
+          el('td', { text: l.at || '' }), el('td', { cls: 'code', text: l.line })));
+      });
+      verdict.appendChild(rt);
+    }
+    if (c.lines && c.lines.length) {
+      // What changed first, then the rest, as `compare` prints them.
+      var order = { down: 0, up: 0, gone: 0, new: 0, unclear: 1, unchanged: 2 };
+      var rows = c.lines.slice().sort(function (x, y) { return (order[x.change] || 0) - (order[y.change] || 0); }).slice(0, 20);
+      var lt = el('table', { cls: 'lines changes' }, el('tr', null, el('th', { cls: 'num', text: 'A' }), el('th', { cls: 'num', text: 'B' }),
+        el('th', { text: 'change' }), el('th', { text: 'where' }), el('th', { text: 'line (' + c.unit + ')' })));
+      rows.forEach(function (l) {
+        var factor = l.change === 'down' ? l.cost.speedup : l.change === 'up' ? 1 / l.cost.speedup : null;
+        var change = l.change + (factor && isFinite(factor) ? ' ' + factor.toFixed(1) + 'x' : '') +
+          (l.cost.test && (l.change === 'down' || l.change === 'up') ? (l.cost.test.p_value < 0.001 ? ' p<0.001' : ' p=' + l.cost.test.p_value.toFixed(3)) : '');
+        var where = l.at_a && l.at_b && l.at_a !== l.at_b ? l.at_a + ' \u2192 ' + l.at_b : (l.at_a || l.at_b || '');
+        lt.appendChild(el('tr', { cls: 'change-' + l.change }, el('td', { cls: 'num', text: ms(l.cost.mean_a) }), el('td', { cls: 'num', text: ms(l.cost.mean_b) }),
+          el('td', { text: change }), el('td', { text: where }), el('td', { cls: 'code', text: l.line })));
+      });
+      verdict.appendChild(lt);
+    }
+  }
+
   // ---- findings ----
   var findings = section('Findings', 'findings');
   perRun(findings, function (run, col) {

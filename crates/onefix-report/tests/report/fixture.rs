@@ -199,6 +199,7 @@ pub fn updater_diagnosis() -> Diagnosis {
         ],
         hot_lines: hot_lines(busy),
         notes: vec!["1 thread idle for want of work (ThreadPoolExecutor-0_0): 29% of wall time".into()],
+        idle_samples: Default::default(),
     }
 }
 

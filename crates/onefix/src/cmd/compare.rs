@@ -103,7 +103,15 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
                 let c = compare_recordings(&a, &b, &name_a, &name_b)?;
                 write_json(json.take(), &c)?;
                 if let Some(out) = html.take() {
-                    write_html_pair(out, (&a, &name_a), (&b, &name_b))?;
+                    let verdicts = onefix_report::compare::verdicts(
+                        c.runs.as_ref(),
+                        c.load.as_ref().map(|l| format!("{} (judged on {})", l.verdict, l.primary)),
+                        &c.lines,
+                    );
+                    let mut comparison = serde_json::to_value(&c).context("cannot describe the comparison")?;
+                    comparison["verdicts"] = serde_json::json!(verdicts);
+                    comparison["window_s"] = serde_json::json!(c.lines.window_s);
+                    write_html_pair(out, (&a, &name_a), (&b, &name_b), &comparison)?;
                     html_done = true;
                 }
             }
@@ -123,8 +131,9 @@ fn write_html_pair(
     out: crate::output::Output,
     (a, name_a): (&Profile, &str),
     (b, name_b): (&Profile, &str),
+    comparison: &serde_json::Value,
 ) -> Result<()> {
-    use onefix_report::{write_html, FileSystemSources, HtmlRun};
+    use onefix_report::{write_html_compared, FileSystemSources, HtmlRun};
     let (da, db) = (
         outputs::run_diagnosis(a, a.meta.mode, &OutputArgs::default()),
         outputs::run_diagnosis(b, b.meta.mode, &OutputArgs::default()),
@@ -134,7 +143,8 @@ fn write_html_pair(
         HtmlRun { label: name_b.to_owned(), profile: b, diagnosis: &db, mode: b.meta.mode, complete: true },
     ];
     let shown = out.shown.display().to_string();
-    out.write_with(|w| write_html(w, &runs, &FileSystemSources { cwd: a.meta.target.cwd.clone() }))
+    let sources = FileSystemSources { cwd: a.meta.target.cwd.clone() };
+    out.write_with(|w| write_html_compared(w, &runs, &sources, Some(comparison)))
         .with_context(|| format!("cannot write the HTML comparison to {shown}"))
 }
 
