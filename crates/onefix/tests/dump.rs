@@ -69,7 +69,7 @@ fn line_equal(file: &Path, text: &str) -> u64 {
 
 #[test]
 fn a_python_deadlock_between_two_locks_is_a_cycle_with_each_threads_line_and_the_line_that_took_the_lock() {
-    let program = repo().join("tests/programs/ledger_deadlock.py");
+    let program = repo().join("tests/programs/hung/ledger_deadlock.py");
     let target = Target(Command::new("python3").arg(&program).stdout(Stdio::null()).spawn().unwrap());
     let pid = target.0.id();
     let dump = dump_until(pid, &[], |d| d["analysis"]["state"] == "deadlocked");
@@ -111,7 +111,7 @@ fn a_python_deadlock_between_two_locks_is_a_cycle_with_each_threads_line_and_the
 #[test]
 fn a_native_deadlock_between_two_pthread_mutexes_is_found_from_their_owners() {
     let s = Scratch::new("dump-native");
-    let source = std::fs::read_to_string(repo().join("tests/programs/ledger_deadlock.c")).unwrap();
+    let source = std::fs::read_to_string(repo().join("tests/programs/hung/ledger_deadlock.c")).unwrap();
     let exe = common::compile_c(&s, "ledger_deadlock", &source, &["-g", "-O0", "-pthread"]);
     let src = s.path("ledger_deadlock.c");
     let target = Target(Command::new(&exe).current_dir(&s.0).stdout(Stdio::null()).spawn().unwrap());
@@ -144,7 +144,7 @@ fn a_native_deadlock_between_two_pthread_mutexes_is_found_from_their_owners() {
 fn a_hung_network_read_is_a_stall_with_the_line_the_connection_and_the_locals() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let program = repo().join("tests/programs/status_poller.py");
+    let program = repo().join("tests/programs/hung/status_poller.py");
     let target = Target(
         Command::new("python3")
             .arg(&program)
