@@ -103,19 +103,19 @@ fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_com
     );
     assert!(parse["cost"]["mean_a"].as_f64().unwrap() > 0.0);
 
-    // The CI gate on the same recordings, judged by their loads: the fix as B passes; the
-    // slow server as B fails with the gate's own status, saying why.
-    let gate = |a: &str, b: &str| {
-        onefix().arg("compare").arg(dir.join(a)).arg(dir.join(b)).args(["--fail-if-slower", "5%"]).output().unwrap()
-    };
-    let out = gate("slow.onefix", "fixed.onefix");
+    // The CI gate on the same recordings, judged by their loads: the fix as B never fails it
+    // (how much slower the slow server is depends on the machine: ci_gate.rs plants a slowdown
+    // that does not).
+    let out = onefix()
+        .arg("compare")
+        .arg(dir.join("slow.onefix"))
+        .arg(dir.join("fixed.onefix"))
+        .args(["--fail-if-slower", "5%"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
-    assert!(text.contains("gate (--fail-if-slower 5%): latency"), "{text}");
-    let out = gate("fixed.onefix", "slow.onefix");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(3), "{text}");
-    assert!(text.contains("B is slower: +") && text.contains("above the 5% limit"), "{text}");
+    assert!(text.contains("gate (--fail-if-slower 5%): "), "{text}");
 }
 
 fn one_sentence_failure(out: &Output, expect: &str) {
