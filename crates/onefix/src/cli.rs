@@ -134,7 +134,7 @@ pub struct RecordArgs {
     pub stack_bytes: u32,
     /// Where to save the recording; default: onefix-NAME-2026-12-01T13-05-22.onefix here. It is
     /// written as it goes to PATH.partial and renamed onto PATH when complete. A path ending in
-    /// .svg, .html, .pb.gz, .pprof, .folded, .txt or .speedscope.json gets that output instead
+    /// .svg, .html, .pb.gz, .pprof, .folded, .txt, .sarif or .speedscope.json gets that output instead
     /// (the recording keeps its default name). A device or FIFO (/dev/null) is written through;
     /// a symbolic link is written through to its target when that is a regular file you can
     /// write, and the link is kept. onefix never removes or truncates a file it did not create.
