@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use onefix_model::stats::{fmt_p, Metric};
 
+use crate::compare::LineComparison;
 use crate::{Finding, Kind};
 
 /// A condition on a diagnosis's findings that fails the run when a finding meets it.
@@ -160,6 +161,53 @@ pub fn slower_beyond(metric: &Metric, limit: f64) -> SlowdownVerdict {
     SlowdownVerdict { fails: metric.significant && change > 0.0 && low > limit, sentence }
 }
 
+/// Recordings without a load are judged line by line, by each line's cost per window in both
+/// runs: any line slower beyond the limit fails. A line in one run only is not judged (code
+/// that moved or was renamed reads as one line gone and another new).
+pub fn lines_slower_beyond(lines: &LineComparison, limit: f64) -> SlowdownVerdict {
+    let judged: Vec<(&crate::compare::LineChange, SlowdownVerdict)> = lines
+        .lines
+        .iter()
+        .filter(|l| l.at_a.is_some() && l.at_b.is_some())
+        .map(|l| (l, slower_beyond(&l.cost, limit)))
+        .collect();
+    let failing: Vec<_> = judged.iter().filter(|(_, v)| v.fails).collect();
+    let at = |l: &crate::compare::LineChange| l.at_b.clone().or_else(|| l.at_a.clone()).unwrap_or_default();
+    if let Some((line, v)) = failing.first() {
+        let more = match failing.len() {
+            1 => String::new(),
+            n => format!(" (and {} more line{})", n - 1, if n > 2 { "s" } else { "" }),
+        };
+        return SlowdownVerdict {
+            fails: true,
+            sentence: format!(
+                "the line at {} ({}), in {}: {}{more}",
+                at(line),
+                line.line.trim(),
+                lines.unit,
+                v.sentence
+            ),
+        };
+    }
+    // Else the line that came closest: the one B made costliest.
+    let closest = judged.iter().min_by(|x, y| x.0.cost.speedup.total_cmp(&y.0.cost.speedup));
+    match closest {
+        Some((line, v)) => SlowdownVerdict {
+            fails: false,
+            sentence: format!(
+                "no line is slower beyond the limit with confidence ({} compared); the closest, at {}: {}",
+                judged.len(),
+                at(line),
+                v.sentence
+            ),
+        },
+        None => SlowdownVerdict {
+            fails: false,
+            sentence: "not judged: no line ran in both recordings often enough to compare".to_owned(),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,6 +249,39 @@ mod tests {
         assert!(!slower_beyond(&faster, 0.05).fails);
         let short = metric("latency_ms", &[10.0], &[30.0], |a, b| a / b);
         let v = slower_beyond(&short, 0.05);
+        assert!(!v.fails && v.sentence.starts_with("not judged"), "{v:?}");
+    }
+
+    #[test]
+    fn recordings_without_a_load_fail_on_a_line_slower_beyond_the_limit_in_both_runs() {
+        use crate::compare::LineChange;
+        let ms = |base: f64| (0..8).map(|i| base + (i % 4) as f64 * 0.5).collect::<Vec<f64>>();
+        let line = |name: &str, a: f64, b: f64, in_a: bool, in_b: bool| LineChange {
+            line: name.to_owned(),
+            at_a: in_a.then(|| format!("{name}.py:1")),
+            at_b: in_b.then(|| format!("{name}.py:1")),
+            cost: metric(name, &ms(a), &ms(b), |a, b| a / b),
+            change: String::new(),
+        };
+        let compared =
+            |lines: Vec<LineChange>| LineComparison { unit: "ms of the line per second".into(), window_s: 1.0, lines };
+        // One line twice as costly in B: it fails, and is named.
+        let v = lines_slower_beyond(
+            &compared(vec![line("steady", 100.0, 100.0, true, true), line("worse", 50.0, 100.0, true, true)]),
+            0.05,
+        );
+        assert!(v.fails && v.sentence.starts_with("the line at worse.py:1"), "{v:?}");
+        assert!(v.sentence.contains("above the 5% limit"), "{v:?}");
+        // A line new in B is not judged: code that moved reads as gone and new.
+        let v = lines_slower_beyond(
+            &compared(vec![line("steady", 100.0, 100.0, true, true), line("new", 0.0, 300.0, false, true)]),
+            0.05,
+        );
+        assert!(
+            !v.fails && v.sentence.starts_with("no line is slower beyond the limit with confidence (1 compared)"),
+            "{v:?}"
+        );
+        let v = lines_slower_beyond(&compared(Vec::new()), 0.05);
         assert!(!v.fails && v.sentence.starts_with("not judged"), "{v:?}");
     }
 }

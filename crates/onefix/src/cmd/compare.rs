@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use onefix_diagnose::compare::{
     compare_heaps, compare_lines, compare_runs, HeapComparison, LineComparison, RunComparison,
 };
-use onefix_diagnose::gate::{slower_beyond, SlowdownVerdict};
+use onefix_diagnose::gate::{lines_slower_beyond, slower_beyond, SlowdownVerdict};
 use onefix_load::compare::{self, Comparison};
 use onefix_load::LoadResult;
 use onefix_model::recording::read_recording;
@@ -115,7 +115,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
                 }
                 gate.map(|limit| match &c.load {
                     Some(load) => load_gate(load, limit),
-                    None => lines_gate(&c.lines, limit),
+                    None => lines_slower_beyond(&c.lines, limit),
                 })
             }
         },
@@ -145,53 +145,6 @@ fn load_gate(c: &Comparison, limit: f64) -> SlowdownVerdict {
     let metric = if c.primary == "latency" { &c.latency } else { &c.throughput };
     let v = slower_beyond(metric, limit);
     SlowdownVerdict { fails: v.fails, sentence: format!("{} ({}): {}", c.primary, metric.name, v.sentence) }
-}
-
-/// Recordings without a load are judged line by line, by each line's cost per window in both
-/// runs: any line slower beyond the limit fails. A line in one run only is not judged (code
-/// that moved or was renamed reads as one line gone and another new).
-fn lines_gate(lines: &LineComparison, limit: f64) -> SlowdownVerdict {
-    let judged: Vec<(&onefix_diagnose::compare::LineChange, SlowdownVerdict)> = lines
-        .lines
-        .iter()
-        .filter(|l| l.at_a.is_some() && l.at_b.is_some())
-        .map(|l| (l, slower_beyond(&l.cost, limit)))
-        .collect();
-    let failing: Vec<_> = judged.iter().filter(|(_, v)| v.fails).collect();
-    let at = |l: &onefix_diagnose::compare::LineChange| l.at_b.clone().or_else(|| l.at_a.clone()).unwrap_or_default();
-    if let Some((line, v)) = failing.first() {
-        let more = match failing.len() {
-            1 => String::new(),
-            n => format!(" (and {} more line{})", n - 1, if n > 2 { "s" } else { "" }),
-        };
-        return SlowdownVerdict {
-            fails: true,
-            sentence: format!(
-                "the line at {} ({}), in {}: {}{more}",
-                at(line),
-                line.line.trim(),
-                lines.unit,
-                v.sentence
-            ),
-        };
-    }
-    // Else the line that came closest: the one B made costliest.
-    let closest = judged.iter().min_by(|x, y| x.0.cost.speedup.total_cmp(&y.0.cost.speedup));
-    match closest {
-        Some((line, v)) => SlowdownVerdict {
-            fails: false,
-            sentence: format!(
-                "no line is slower beyond the limit with confidence ({} compared); the closest, at {}: {}",
-                judged.len(),
-                at(line),
-                v.sentence
-            ),
-        },
-        None => SlowdownVerdict {
-            fails: false,
-            sentence: "not judged: no line ran in both recordings often enough to compare".to_owned(),
-        },
-    }
 }
 
 /// The two recordings on one page, side by side, with their differential flame graph.
