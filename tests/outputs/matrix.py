@@ -48,6 +48,8 @@ FLAGS = {
     "--folded": (True, lambda b: b.endswith(b"\n") and all(l.rsplit(b" ", 1)[1].isdigit() for l in b.splitlines())),
     "--pprof": (False, lambda b: len(gzip.decompress(b)) > 0),
     "--html": (True, lambda b: b"<html" in b[:400].lower()),
+    "--firefox": (True, lambda b: json.loads(b)["meta"]["preprocessedProfileVersion"] > 0),
+    "--sarif": (True, lambda b: json.loads(b)["version"] == "2.1.0"),
 }
 
 passed, failed = 0, []

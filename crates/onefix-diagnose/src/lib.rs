@@ -10,6 +10,7 @@ mod builtin;
 pub mod compare;
 mod finding;
 pub mod frontier;
+pub mod gate;
 pub mod kb;
 pub mod kind;
 pub mod memory;

@@ -75,10 +75,34 @@ pub struct OutputArgs {
     /// that opens in a browser with no network.
     #[arg(long, value_name = "PATH")]
     pub html: Option<PathBuf>,
+    /// The Firefox Profiler's processed format (open it at profiler.firefox.com): threads, their
+    /// states, wall and CPU time, and the findings as markers.
+    #[arg(long, value_name = "PATH")]
+    pub firefox: Option<PathBuf>,
+    /// SARIF 2.1.0: each finding a result at its file and line, for code scanning (GitHub's
+    /// upload-sarif annotates the line in the pull request). Files under the current directory
+    /// are written relative to it.
+    #[arg(long, value_name = "PATH")]
+    pub sarif: Option<PathBuf>,
+    /// Exit with status 3, after writing every output, when a finding meets CONDITION:
+    /// `share>20%` (or `share>=0.2`), or `kind=n-plus-one-query,repeated-setup`. Repeatable:
+    /// any condition met fails.
+    #[arg(long = "fail-on", value_name = "CONDITION", value_parser = parse_fail_on)]
+    pub fail_on: Vec<onefix_diagnose::gate::FailOn>,
     /// Directory holding your own code (repeatable); default: the target's working directory
     /// and the script's directory.
     #[arg(long = "user-code", value_name = "DIR")]
     pub user_code: Vec<PathBuf>,
+}
+
+fn parse_fail_on(s: &str) -> Result<onefix_diagnose::gate::FailOn, String> {
+    s.parse().map_err(|e: onefix_diagnose::gate::FailOnError| e.to_string())
+}
+
+/// `5%` or `0.05`: a slowdown B may have over A.
+fn parse_slowdown_limit(s: &str) -> Result<f64, String> {
+    onefix_diagnose::gate::parse_fraction(s)
+        .ok_or_else(|| format!("`{s}` is not a limit: give a percentage such as 5% (or a fraction such as 0.05)"))
 }
 
 #[derive(Args, Debug)]
@@ -113,7 +137,7 @@ pub struct RecordArgs {
     pub stack_bytes: u32,
     /// Where to save the recording; default: onefix-NAME-2026-12-01T13-05-22.onefix here. It is
     /// written as it goes to PATH.partial and renamed onto PATH when complete. A path ending in
-    /// .svg, .html, .pb.gz, .pprof, .folded, .txt or .speedscope.json gets that output instead
+    /// .svg, .html, .pb.gz, .pprof, .folded, .txt, .sarif or .speedscope.json gets that output instead
     /// (the recording keeps its default name). A device or FIFO (/dev/null) is written through;
     /// a symbolic link is written through to its target when that is a regular file you can
     /// write, and the link is kept. onefix never removes or truncates a file it did not create.
@@ -346,6 +370,12 @@ pub struct CompareArgs {
     /// For two recordings: one HTML page with both side by side and their differential flame graph.
     #[arg(long, value_name = "PATH")]
     pub html: Option<PathBuf>,
+    /// A CI gate: exit with status 3 when B is slower than A by more than LIMIT (e.g. 5%) with
+    /// 95% confidence (the comparison's test agrees, and the whole 95% interval of the slowdown
+    /// lies above LIMIT), saying why in one line. Load results and recordings made with --load
+    /// are judged by their primary metric; other recordings by each line's cost.
+    #[arg(long = "fail-if-slower", value_name = "LIMIT", value_parser = parse_slowdown_limit)]
+    pub fail_if_slower: Option<f64>,
 }
 
 #[derive(Args, Debug)]

@@ -41,7 +41,7 @@ pub fn report(
     args: &OutputArgs,
     mut planned: outputs::Planned,
     complete: bool,
-) -> Result<()> {
+) -> Result<Diagnosis> {
     let user = outputs::user_code(profile, args);
     // A child that exited took its heap with it: the target's heap is that of the processes
     // that lasted; the children are told apart in a note.
@@ -64,7 +64,7 @@ pub fn report(
             .with_context(|| format!("could not write the JSON report to {shown_at}"))?;
     }
     outputs::write_all(&shown, &diagnosis, Mode::Wall, planned, complete)?;
-    Ok(())
+    Ok(diagnosis)
 }
 
 fn add_notes(d: &mut Diagnosis, info: &MemoryInfo) {

@@ -8,6 +8,9 @@ pub const RECORDED_BUT_INCOMPLETE: u8 = 1;
 /// Nothing was recorded: bad input, a refused output, a target that could not be read. The
 /// sentence saying why is the error's.
 pub const NOTHING_RECORDED: u8 = 2;
+/// A CI gate failed, everything else having gone as asked: `--fail-on` met by a finding, or
+/// `compare --fail-if-slower` found B slower beyond the limit.
+pub const GATE_FAILED: u8 = 3;
 
 /// An error as one sentence: the outermost message, then each cause that says something new
 /// (an io error is often both the message's tail and its cause: said once).

@@ -7,8 +7,9 @@ use anyhow::{Context, Result};
 use onefix_diagnose::{diagnose, Diagnosis, KnowledgeBase, Options, UserCode};
 use onefix_model::{Mode, Profile};
 use onefix_report::{
-    write_flamegraph, write_folded, write_html, write_json, write_pprof, write_speedscope, write_terminal,
-    FileSystemSources, FlamegraphOptions, FoldedOptions, HtmlRun, JsonOptions, TerminalOptions,
+    write_firefox, write_flamegraph, write_folded, write_html, write_json, write_pprof, write_sarif, write_speedscope,
+    write_terminal, FileSystemSources, FlamegraphOptions, FoldedOptions, HtmlRun, JsonOptions, SarifOptions,
+    TerminalOptions,
 };
 
 use crate::cli::{ModeArg, OutputArgs};
@@ -111,6 +112,8 @@ pub struct Planned {
     pub folded: Option<Output>,
     pub pprof: Option<Output>,
     pub html: Option<Output>,
+    pub firefox: Option<Output>,
+    pub sarif: Option<Output>,
 }
 
 impl Planned {
@@ -124,14 +127,25 @@ impl Planned {
             folded: one(&args.folded, "folded stacks", true)?,
             pprof: one(&args.pprof, "pprof profile", false)?,
             html: one(&args.html, "HTML report", true)?,
+            firefox: one(&args.firefox, "Firefox Profiler profile", true)?,
+            sarif: one(&args.sarif, "SARIF report", true)?,
         })
     }
 
     pub fn all(&self) -> Vec<&Output> {
-        [&self.json, &self.flamegraph, &self.speedscope, &self.folded, &self.pprof, &self.html]
-            .into_iter()
-            .flatten()
-            .collect()
+        [
+            &self.json,
+            &self.flamegraph,
+            &self.speedscope,
+            &self.folded,
+            &self.pprof,
+            &self.html,
+            &self.firefox,
+            &self.sarif,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// Whether one of them is standard output: the terminal summary then goes to stderr.
@@ -166,6 +180,11 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, planned: 
         let run = HtmlRun { label: "recording".to_owned(), profile, diagnosis, mode, complete };
         write_html(w, &[run], &FileSystemSources { cwd: profile.meta.target.cwd.clone() })
     });
+    out(planned.firefox, &|w| write_firefox(w, profile, diagnosis, mode));
+    // Code scanning matches results to the repository's files by their path under the
+    // checkout, where CI runs onefix.
+    let source_root = std::env::current_dir().ok();
+    out(planned.sarif, &|w| write_sarif(w, profile, diagnosis, &SarifOptions { source_root: source_root.clone() }));
 
     if summary_to_stderr {
         let opts = TerminalOptions { color: false, complete, ..TerminalOptions::default() };
@@ -182,6 +201,24 @@ pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, planned: 
     } else {
         anyhow::bail!("{}", failures.join("; "))
     }
+}
+
+/// The `--fail-on` conditions a finding meets, said in one line each; `true` when any is met,
+/// and the run should end with [`crate::messages::GATE_FAILED`].
+pub fn fail_on_met(diagnosis: &Diagnosis, args: &OutputArgs) -> bool {
+    let failing = onefix_diagnose::gate::failing(&args.fail_on, &diagnosis.findings);
+    for (finding, condition) in &failing {
+        crate::messages::say(format_args!(
+            "--fail-on {condition}: finding #{} ({}, {:.1}% of {}) at {}:{}",
+            finding.rank,
+            finding.kind,
+            finding.share * 100.0,
+            diagnosis.share_of,
+            finding.file,
+            finding.line
+        ));
+    }
+    !failing.is_empty()
 }
 
 /// The width of the terminal on stdout, within reason (80 to 220 columns); `None` when stdout is
@@ -217,6 +254,8 @@ fn output_by_extension(path: &Path) -> Option<Result<&'static str, String>> {
         "--pprof"
     } else if name.ends_with(".folded") || name.ends_with(".txt") {
         "--folded"
+    } else if name.ends_with(".sarif") {
+        "--sarif"
     } else if name.ends_with(".speedscope.json") {
         "--speedscope"
     } else if name.ends_with(".json") {
@@ -252,6 +291,7 @@ pub fn plan_record(
                     "--html" => &mut args.html,
                     "--pprof" => &mut args.pprof,
                     "--folded" => &mut args.folded,
+                    "--sarif" => &mut args.sarif,
                     _ => &mut args.speedscope,
                 };
                 if let Some(other) = slot {

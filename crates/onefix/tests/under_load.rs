@@ -102,6 +102,20 @@ fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_com
         "the parse line's cost must go away: {parse:#}"
     );
     assert!(parse["cost"]["mean_a"].as_f64().unwrap() > 0.0);
+
+    // The CI gate on the same recordings, judged by their loads: the fix as B never fails it
+    // (how much slower the slow server is depends on the machine: ci_gate.rs plants a slowdown
+    // that does not).
+    let out = onefix()
+        .arg("compare")
+        .arg(dir.join("slow.onefix"))
+        .arg(dir.join("fixed.onefix"))
+        .args(["--fail-if-slower", "5%"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("gate (--fail-if-slower 5%): "), "{text}");
 }
 
 fn one_sentence_failure(out: &Output, expect: &str) {

@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 use onefix_diagnose::compare::{
     compare_heaps, compare_lines, compare_runs, HeapComparison, LineComparison, RunComparison,
 };
+use onefix_diagnose::gate::{lines_slower_beyond, slower_beyond, SlowdownVerdict};
 use onefix_load::compare::{self, Comparison};
 use onefix_load::LoadResult;
 use onefix_model::recording::read_recording;
@@ -85,16 +86,22 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let (a, b) = (read_input(&args.a)?, read_input(&args.b)?);
     let (name_a, name_b) = (file_name(&args.a), file_name(&args.b));
     let mut html_done = false;
-    match (a, b) {
+    let gate = args.fail_if_slower;
+    let verdict = match (a, b) {
         (Input::Load(a), Input::Load(b)) => {
             let c = compare::compare(&a, &b);
             print!("{}", compare::render(&c, &a, &b, &name_a, &name_b));
             write_json(json.take(), &c)?;
+            gate.map(|limit| load_gate(&c, limit))
         }
         (Input::Recording(a), Input::Recording(b)) => match (a.meta.weight_unit, b.meta.weight_unit) {
             (WeightUnit::Bytes, WeightUnit::Bytes) => {
                 let c = compare_memory(&a, &b, &name_a, &name_b);
                 write_json(json.take(), &c)?;
+                gate.map(|_| SlowdownVerdict {
+                    fails: false,
+                    sentence: "not judged: two memory recordings say how much memory, not how fast".to_owned(),
+                })
             }
             (WeightUnit::Bytes, _) | (_, WeightUnit::Bytes) => {
                 bail!("one recording tracks memory and the other time: compare two of the same kind")
@@ -114,16 +121,38 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
                     write_html_pair(out, (&a, &name_a), (&b, &name_b), &comparison)?;
                     html_done = true;
                 }
+                gate.map(|limit| match &c.load {
+                    Some(load) => load_gate(load, limit),
+                    None => lines_slower_beyond(&c.lines, limit),
+                })
             }
         },
         _ => bail!("compare takes two recordings or two load results, not one of each"),
-    }
+    };
     if args.html.is_some() && !html_done {
         crate::messages::say(format_args!(
             "--html shows two time recordings side by side; it was not written for these inputs"
         ));
     }
+    if let (Some(limit), Some(v)) = (gate, verdict) {
+        println!("\ngate (--fail-if-slower {}): {}", percent(limit), v.sentence);
+        if v.fails {
+            return Ok(ExitCode::from(crate::messages::GATE_FAILED));
+        }
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn percent(fraction: f64) -> String {
+    format!("{}%", (fraction * 1000.0).round() / 10.0)
+}
+
+/// Two loads are judged by the metric their verdict rests on (latency when both kept an open
+/// loop's schedule, else throughput).
+fn load_gate(c: &Comparison, limit: f64) -> SlowdownVerdict {
+    let metric = if c.primary == "latency" { &c.latency } else { &c.throughput };
+    let v = slower_beyond(metric, limit);
+    SlowdownVerdict { fails: v.fails, sentence: format!("{} ({}): {}", c.primary, metric.name, v.sentence) }
 }
 
 /// The two recordings on one page, side by side, with their differential flame graph.

@@ -213,7 +213,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             None => crate::messages::say(format_args!("could not write the recording {shown} ({e})")),
         }
     });
-    memory_report::report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, planned, true)?;
+    let diagnosis =
+        memory_report::report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, planned, true)?;
     if let (Some(result), Some(_)) = (&load_result, &args.load) {
         println!("\nthe load, while the server was tracked:");
         outputs::emit_load(result, load_json)?;
@@ -230,6 +231,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
         Err(()) => return Ok(ExitCode::from(crate::messages::RECORDED_BUT_INCOMPLETE)),
         _ => {}
+    }
+    if outputs::fail_on_met(&diagnosis, &args.outputs) {
+        return Ok(ExitCode::from(crate::messages::GATE_FAILED));
     }
     Ok(ExitCode::SUCCESS)
 }

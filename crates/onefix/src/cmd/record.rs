@@ -334,6 +334,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         },
         _ => {}
     }
+    // The gate is read last: every output is written and the run went as asked.
+    if outputs::fail_on_met(&diagnosis, &args.outputs) {
+        return Ok(ExitCode::from(crate::messages::GATE_FAILED));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

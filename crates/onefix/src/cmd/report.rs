@@ -26,7 +26,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let mut profile = loaded.profile;
     if profile.meta.weight_unit == onefix_model::WeightUnit::Bytes {
         let info = profile.memory_info().or_else(|| crate::memory_report::read_info(path));
-        crate::memory_report::report(
+        let diagnosis = crate::memory_report::report(
             &profile,
             info.as_ref(),
             args.memory_view.memory_view,
@@ -34,7 +34,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
             planned,
             loaded.complete,
         )?;
-        return Ok(ExitCode::SUCCESS);
+        return Ok(gate_exit(&diagnosis, &args));
     }
     let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);
     // The header and the JSON's `mode` say how the samples are weighed in this report, which
@@ -42,5 +42,14 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     profile.meta.mode = mode;
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, planned, loaded.complete)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(gate_exit(&diagnosis, &args))
+}
+
+/// Status 3 when a finding meets a `--fail-on` condition (said), else success.
+fn gate_exit(diagnosis: &onefix_diagnose::Diagnosis, args: &ReportArgs) -> ExitCode {
+    if outputs::fail_on_met(diagnosis, &args.outputs) {
+        ExitCode::from(crate::messages::GATE_FAILED)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
