@@ -95,3 +95,92 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
         };
     }
 }
+
+/// A loop's header line (`for i in range(n):`, `while i < n:`) computing in its own right is
+/// the loop's iteration, not a second thing to change: with a finding inside that loop, it is
+/// folded into the heaviest such finding. When both are the loop's own compute, the fix (less
+/// work per pass, a vectorised library) removes both, so the header's share and bound join
+/// it; otherwise it is only said there.
+pub(super) fn fold_loop_headers(findings: &mut Vec<Finding>) {
+    let is_header = |f: &Finding| {
+        f.kind == Kind::HotLoopCompute
+            && f.code.as_deref().is_some_and(|c| {
+                let c = c.trim_start();
+                c.starts_with("for ") || c.starts_with("while ") || c.starts_with("async for ")
+            })
+    };
+    let mut i = 0;
+    while i < findings.len() {
+        if !is_header(&findings[i]) {
+            i += 1;
+            continue;
+        }
+        let place = format!("{}:{}", short(&findings[i].file), findings[i].line);
+        let body = (0..findings.len())
+            .filter(|&b| b != i && findings[b].enclosing_loop.as_deref() == Some(place.as_str()))
+            .max_by(|&a, &b| findings[a].share.total_cmp(&findings[b].share));
+        let Some(b) = body else {
+            i += 1;
+            continue;
+        };
+        let header = findings.remove(i);
+        let b = if b > i { b - 1 } else { b };
+        let target = &mut findings[b];
+        if target.kind == Kind::HotLoopCompute {
+            target.share += header.share;
+            target.max_speedup = combine(target.max_speedup, header.max_speedup, 1.0);
+            target.bound_weight = target.bound_weight.max(header.bound_weight);
+        }
+        target.why =
+            format!("{}; the loop's own iteration at {place} takes {:.0}% more", target.why, header.share * 100.0);
+        i = 0;
+    }
+}
+
+#[cfg(test)]
+mod loop_header_tests {
+    use super::*;
+
+    fn at(line: u32, code: &str, share: f64, enclosing_loop: Option<&str>) -> Finding {
+        Finding {
+            rank: 0,
+            kind: Kind::HotLoopCompute,
+            file: "/app/scan.py".into(),
+            line,
+            function: "scan".into(),
+            code: Some(code.into()),
+            share,
+            max_speedup: Some(1.0 / (1.0 - share)),
+            bound_weight: 100,
+            title: String::new(),
+            advice: String::new(),
+            why: "computes".into(),
+            evidence: Vec::new(),
+            recurrence: 1.0,
+            rule: "self-time".into(),
+            explained: 1.0,
+            enclosing_loop: enclosing_loop.map(str::to_owned),
+            gain_basis: GainBasis::BusyShare,
+        }
+    }
+
+    #[test]
+    fn a_loop_header_computing_is_folded_into_the_work_of_its_body() {
+        let mut findings = vec![
+            at(7, "t += i * i % 7", 0.70, Some("scan.py:6")),
+            at(6, "for i in range(200_000):", 0.22, None),
+            // Another loop's header, with nothing of its own inside it among the findings.
+            at(20, "while queue:", 0.05, None),
+        ];
+        fold_loop_headers(&mut findings);
+        let lines: Vec<u32> = findings.iter().map(|f| f.line).collect();
+        assert_eq!(lines, [7, 20]);
+        assert!((findings[0].share - 0.92).abs() < 1e-9);
+        assert!((findings[0].max_speedup.unwrap() - 12.5).abs() < 0.01, "{:?}", findings[0].max_speedup);
+        assert!(
+            findings[0].why.ends_with("the loop's own iteration at scan.py:6 takes 22% more"),
+            "{}",
+            findings[0].why
+        );
+    }
+}
