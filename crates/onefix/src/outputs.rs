@@ -93,6 +93,13 @@ pub fn knowledge_base() -> &'static KnowledgeBase {
     KB.get_or_init(KnowledgeBase::builtin)
 }
 
+/// Settles which samples ran on a CPU ([`onefix_diagnose::settle_running`]) before the
+/// diagnosis and the writers read them, so that all of them count the same CPU time.
+pub fn settle_running(profile: &mut Profile, args: &OutputArgs) {
+    let user = user_code(profile, args);
+    onefix_diagnose::settle_running(profile, knowledge_base(), &user);
+}
+
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
     let user = user_code(profile, args);
     diagnose(

@@ -146,6 +146,53 @@ def main():
 main()
 "#;
 
+/// Compute, then a short sleep, in a loop: a sampler reads a thread entering or leaving a 2 ms
+/// sleep as running now and then.
+const SLEEPY_PY: &str = r#"
+import time
+
+def heavy():
+    t = 0
+    for i in range(100_000):
+        t += i * i
+    return t
+
+end = time.time() + 2.0
+while time.time() < end:
+    heavy()
+    time.sleep(0.002)  # SLEEP
+"#;
+
+/// One definition of CPU time (issue 18): in CPU mode, every line pprof charges CPU time to is
+/// a hot line of the summary with the same share, and the other way round; a sleep the sampler
+/// caught as running is CPU time in neither.
+#[test]
+fn cpu_time_is_one_definition_in_the_summary_and_in_pprof() {
+    let s = Scratch::new("pprof-cpu-sleep");
+    let prog = s.path("sleepy.py");
+    std::fs::write(&prog, SLEEPY_PY).unwrap();
+    let report = record_with_pprof(&s, &["--mode", "cpu", "--rate", "200"], &[Path::new("python3"), &prog]);
+    pprof_agrees_with_the_summary(&s, &report);
+    let show = format!("-show={}/.*\\.py$", regex_literal(&s.0.display().to_string()));
+    let by_line = pprof_top(&s.path("profile.pb.gz"), &["-lines", &show]);
+    let hot: Vec<String> = report["hot_lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| format!("{} {}:{}", h["function"].as_str().unwrap(), h["file"].as_str().unwrap(), h["line"]))
+        .collect();
+    for row in by_line.iter().filter(|r| r.flat_percent > 0.0 && r.name.contains(".py:")) {
+        assert!(
+            hot.contains(&row.name),
+            "pprof charges CPU time to {} ({}%), the summary does not: {hot:#?}",
+            row.name,
+            row.flat_percent
+        );
+    }
+    let sleep = format!("sleepy.py:{}", line_of(&prog, "# SLEEP"));
+    assert!(hot.iter().all(|h| !h.ends_with(&sleep)), "a sleep is no CPU time: {hot:#?}");
+}
+
 #[test]
 fn pprof_of_a_python_recording_is_read_by_go_tool_pprof_with_the_same_top_lines() {
     let s = Scratch::new("pprof-python");

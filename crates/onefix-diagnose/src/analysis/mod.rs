@@ -181,19 +181,42 @@ impl<'p> CleanByLeaf<'p> {
     }
 }
 
-pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
-    let mut engine = Engine {
-        profile,
-        kb,
-        user,
-        frames: (0..profile.frames().len()).map(|_| None).collect(),
-        stacks: vec![None; profile.stack_count()],
-        stack_facts: Vec::new(),
-        lines: Vec::new(),
-        line_of_frame: HashMap::new(),
-        source: SourceCache::default(),
+/// One definition of CPU time for the diagnosis and every writer: a sample the sampler read as
+/// running while the thread was inside a call that waits (a sleep or a read caught just as it
+/// entered or left the kernel, or a thread waking in a futex) is waiting time, not CPU time.
+/// Marks such samples of `profile` as not running, so that the terminal, JSON, HTML, pprof,
+/// speedscope and the Firefox Profiler count the same CPU time; returns how many were marked.
+pub fn settle_running(profile: &mut Profile, kb: &KnowledgeBase, user: &UserCode) -> usize {
+    let waiting: Vec<usize> = {
+        let mut engine = Engine::new(profile, kb, user);
+        let samples = &profile.samples;
+        (0..samples.len()).filter(|&i| samples[i].state.active() && !engine.running(&samples[i])).collect()
     };
-    engine.run(opts)
+    for &i in &waiting {
+        let state = profile.samples[i].state;
+        profile.samples[i].state = onefix_model::ThreadState(state.0 & !onefix_model::ThreadState::ACTIVE);
+    }
+    waiting.len()
+}
+
+pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
+    Engine::new(profile, kb, user).run(opts)
+}
+
+impl<'a> Engine<'a> {
+    fn new(profile: &'a Profile, kb: &'a KnowledgeBase, user: &'a UserCode) -> Engine<'a> {
+        Engine {
+            profile,
+            kb,
+            user,
+            frames: (0..profile.frames().len()).map(|_| None).collect(),
+            stacks: vec![None; profile.stack_count()],
+            stack_facts: Vec::new(),
+            lines: Vec::new(),
+            line_of_frame: HashMap::new(),
+            source: SourceCache::default(),
+        }
+    }
 }
 
 struct Engine<'a> {
