@@ -147,7 +147,7 @@ main()
 "#;
 
 /// Compute, then a short sleep, in a loop: a sampler reads a thread entering or leaving a 2 ms
-/// sleep as running now and then.
+/// sleep as running now and then. (In functions: pprof's `-lines` drops a `<module>` name.)
 const SLEEPY_PY: &str = r#"
 import time
 
@@ -157,10 +157,13 @@ def heavy():
         t += i * i
     return t
 
-end = time.time() + 2.0
-while time.time() < end:
-    heavy()
-    time.sleep(0.002)  # SLEEP
+def main():
+    end = time.time() + 2.0
+    while time.time() < end:
+        heavy()
+        time.sleep(0.002)  # SLEEP
+
+main()
 "#;
 
 /// One definition of CPU time (issue 18): in CPU mode, every line pprof charges CPU time to is
