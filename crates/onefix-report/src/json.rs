@@ -87,7 +87,8 @@ struct FindingJson<'a> {
     advice: &'a str,
     evidence: Vec<EvidenceJson<'a>>,
     why: &'a str,
-    recurrence: f64,
+    /// Null for a profile without sample times (imported), which cannot tell.
+    recurrence: Option<f64>,
     rule: &'a str,
     enclosing_loop: Option<&'a str>,
 }
@@ -193,7 +194,7 @@ fn finding_json(f: &Finding) -> FindingJson<'_> {
         advice: &f.advice,
         evidence: f.evidence.iter().map(evidence_json).collect(),
         why: &f.why,
-        recurrence: share(f.recurrence),
+        recurrence: f.recurrence.map(share),
         rule: &f.rule,
         enclosing_loop: f.enclosing_loop.as_deref(),
     }

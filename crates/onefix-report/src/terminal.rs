@@ -198,12 +198,19 @@ impl Summary<'_> {
                 f.evidence.iter().take(EVIDENCE_SHOWN).map(|e| format!("{} {}", e.frame, percent(e.share))).collect();
             lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT, self.opts.width));
         }
-        let mut seen =
-            format!("{INDENT}seen in {} of time windows: {}", percent(f.recurrence), recurrence_reading(f.recurrence));
-        if let Some(enclosing) = &f.enclosing_loop {
-            seen = format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing));
+        // A profile without sample times cannot tell when the line ran: nothing is said.
+        let seen =
+            f.recurrence.map(|r| format!("{INDENT}seen in {} of time windows: {}", percent(r), recurrence_reading(r)));
+        match (seen, &f.enclosing_loop) {
+            (Some(seen), Some(enclosing)) => {
+                lines.push(format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing)))
+            }
+            (Some(seen), None) => lines.push(seen),
+            (None, Some(enclosing)) => {
+                lines.push(format!("{INDENT}inside the loop at {}", self.display_location(enclosing)))
+            }
+            (None, None) => {}
         }
-        lines.push(seen);
         lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT, self.opts.width));
         if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
             let gain = match (self.time_profile(), f.gain_basis) {

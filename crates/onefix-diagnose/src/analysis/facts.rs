@@ -79,7 +79,8 @@ impl Engine<'_> {
             Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
             _ => None,
         };
-        let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
+        let truncated =
+            self.torn_reads && leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
         let waiting_call = match leaf_first.first() {
             Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {
                 let mut entries = self.frame(leaf).cost.clone();

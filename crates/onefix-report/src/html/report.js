@@ -88,7 +88,7 @@
         f.max_speedup ? el('div', { cls: 'gain' }, el('b', { text: 'if this cost went away: ' }), 'up to ' + f.max_speedup.toFixed(1) + 'x faster' +
           (f.max_speedup_range ? ' (from sampling alone: ' + (f.max_speedup_range[1] === null ? 'at least ' + f.max_speedup_range[0].toFixed(1) + 'x)'
             : f.max_speedup_range[0].toFixed(1) + 'x to ' + f.max_speedup_range[1].toFixed(1) + 'x)') : '')) : null,
-        el('div', { cls: 'muted' }, 'seen in ' + pct(f.recurrence) + ' of time windows' +
+        el('div', { cls: 'muted' }, (f.recurrence === null ? 'no sample times to tell when it ran' : 'seen in ' + pct(f.recurrence) + ' of time windows') +
           (f.enclosing_loop ? '; inside the loop at ' + base(f.enclosing_loop) : '') + '; in ' + f.function + ' (' + f.file + ')'));
       if (f.evidence.length) {
         var table = el('table', { cls: 'evidence' }, el('tr', null, el('th', { text: 'evidence' }), el('th', { text: 'where' }), el('th', { cls: 'num', text: 'share' })));
