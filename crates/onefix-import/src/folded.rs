@@ -25,7 +25,8 @@ use crate::{push_weight, Format, ImportError, Imported, Lacks, ASSUMED_INTERVAL_
 /// What onefix's writer puts for a sample without frames.
 const NO_FRAMES: &str = "[no frames]";
 
-/// Whether the bytes are text whose first lines are `stack count`.
+/// Whether the bytes are text whose first line is `stack count`: a file cut short, or damaged
+/// further on, is then said to be so at its bad line by [`read`].
 pub fn looks_folded(bytes: &[u8]) -> bool {
     let head = &bytes[..bytes.len().min(64 * 1024)];
     // The first 64 KiB may end inside a character or a line: judge the whole lines in it.
@@ -36,8 +37,7 @@ pub fn looks_folded(bytes: &[u8]) -> bool {
             _ => return false,
         },
     };
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty()).take(10).peekable();
-    lines.peek().is_some() && lines.all(|l| split_line(l).is_some())
+    text.lines().map(str::trim).find(|l| !l.is_empty()).is_some_and(|l| split_line(l).is_some())
 }
 
 /// `stack count` into the stack and the count (the last of two counts, in a differential file).

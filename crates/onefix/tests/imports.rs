@@ -110,8 +110,11 @@ fn onefix_s_own_pprof_folded_and_speedscope_read_back_to_the_same_line() {
     // Cut inside a stack: its last line has no count.
     cut("f.txt", "cut.txt", |b| b.iter().rposition(|&c| c == b';').unwrap());
     refused(&s.0, "cut.txt", "is not `frame;frame;… count`");
-    std::fs::write(s.path("noise.bin"), (0..2000u32).map(|i| (i * 2_654_435_761 >> 7) as u8).collect::<Vec<u8>>())
-        .unwrap();
+    std::fs::write(
+        s.path("noise.bin"),
+        (0..2000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8).collect::<Vec<u8>>(),
+    )
+    .unwrap();
     refused(&s.0, "noise.bin", "it is not an onefix recording, nor a profile onefix imports");
 }
 

@@ -3,8 +3,9 @@
 //
 //	onefix report 'http://127.0.0.1:PORT/debug/pprof/profile?seconds=5'
 //
-// Planted mistake: the code's regular expression is compiled on every request (the line marked
-// CULPRIT) instead of once at package level. Expected: repeated-setup (regex-compile) at rank 1.
+// Planted mistake: the code's regular expression is compiled on every request (the line whose
+// comment says CULPRIT) instead of once at package level. Expected: repeated-setup
+// (regex-compile) at rank 1.
 //
 // Standard library only (no module downloads): go build -o sku_check sku_check.go
 // Listens on 127.0.0.1 (port 0 unless given), prints its address, and exits after 120 s.
