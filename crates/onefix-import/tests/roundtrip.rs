@@ -66,7 +66,7 @@ fn checkout() -> PathBuf {
 fn diagnosis(p: &Profile, timeline: bool) -> Diagnosis {
     // No base directory: a relative file that was not found (json's `encoder.py`) is not the user's.
     let user = UserCode::new([Path::new("/srv/shop"), &checkout()], None);
-    let opts = Options { mode: p.meta.mode, timeline, torn_reads: timeline, ..Options::default() };
+    let opts = Options { mode: p.meta.mode, timeline, partial_stacks: timeline, ..Options::default() };
     diagnose(p, &KnowledgeBase::builtin(), &user, &opts)
 }
 
@@ -214,7 +214,7 @@ fn a_go_cpu_profile_keeps_inlined_frames_and_names_the_compile_line() {
     );
     assert_eq!(onefix_import::guess_user_code(p, None), vec!["/src/shop".to_owned()], "package main's directory");
     let user = UserCode::new(["/src/shop"], None);
-    let opts = Options { mode: Mode::Cpu, timeline: false, torn_reads: false, ..Options::default() };
+    let opts = Options { mode: Mode::Cpu, timeline: false, partial_stacks: false, ..Options::default() };
     let d = diagnose(p, &KnowledgeBase::builtin(), &user, &opts);
     let first = &d.findings[0];
     assert_eq!((first.line, first.rule.as_str()), (9, "regex-compile"), "{d:#?}");

@@ -97,9 +97,10 @@ impl Summary<'_> {
         } else {
             format!("allocations, {}", describe::bytes(self.diagnosis.total_weight))
         };
-        let mut target = match meta.target.argv {
-            Some(_) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
-            None => format!("pid {} (attached)", meta.target.pid),
+        let mut target = match (&meta.target.argv, self.profile.imported_from()) {
+            (Some(_), _) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
+            (None, Some(from)) => format!("a {} read from {}", from.format, from.source),
+            (None, None) => format!("pid {} (attached)", meta.target.pid),
         };
         if let Some(exit) = &meta.exit {
             target.push_str(", ");

@@ -202,4 +202,9 @@ fn a_go_server_profiled_over_its_own_pprof_endpoint_names_the_planted_line() {
     let note = report["notes"][0].as_str().unwrap();
     assert!(note.starts_with("this pprof profile (cpu/nanoseconds) has no sample times"), "{note}");
     assert!(note.contains("no threads") && note.contains("only time on a CPU"), "{note}");
+    // Go's stacks are taken as they are: none is said to be cut short by an unwinder.
+    let notes = report["notes"].as_array().unwrap();
+    assert!(!notes.iter().any(|n| n.as_str().unwrap().contains("cut short")), "{report:#}");
+    let summary = String::from_utf8_lossy(&out.stdout);
+    assert!(summary.lines().next().unwrap().ends_with(&format!("of a pprof profile read from {url}")), "{summary}");
 }

@@ -43,10 +43,11 @@ pub struct Options {
     /// regularly a line ran (no recurrence, no one-off check), and nothing is read from which
     /// samples were simultaneous (lock holders, the critical path, waits in flight).
     pub timeline: bool,
-    /// Stacks may have been read torn from a running target (onefix's own samplers), so a
-    /// stack that does not start where a thread starts is incomplete. False for profiles
-    /// recorded by other tools, whose stacks are taken as they are.
-    pub torn_reads: bool,
+    /// Stacks may be partial, as onefix's own samplers read them: a Python stack read torn
+    /// from a running target, a native one the unwinder cut short. A stack that does not start
+    /// where a thread starts is then incomplete. False for profiles recorded by other tools,
+    /// whose stacks are taken as they are.
+    pub partial_stacks: bool,
 }
 
 impl Default for Options {
@@ -59,7 +60,7 @@ impl Default for Options {
             min_recurrence: 0.3,
             cpus: None,
             timeline: true,
-            torn_reads: true,
+            partial_stacks: true,
         }
     }
 }
@@ -204,7 +205,7 @@ pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &O
         line_of_frame: HashMap::new(),
         source: SourceCache::default(),
         timeline: opts.timeline,
-        torn_reads: opts.torn_reads,
+        partial_stacks: opts.partial_stacks,
     };
     engine.run(opts)
 }
@@ -221,8 +222,8 @@ struct Engine<'a> {
     source: SourceCache,
     /// [`Options::timeline`].
     timeline: bool,
-    /// [`Options::torn_reads`].
-    torn_reads: bool,
+    /// [`Options::partial_stacks`].
+    partial_stacks: bool,
 }
 
 impl Engine<'_> {

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use onefix_diagnose::Note;
 use onefix_import::Imported;
+use onefix_model::attachments::{ImportedFrom, IMPORTED};
 use onefix_model::recording::{read_recording, MAGIC};
 
 use crate::cli::ReportArgs;
@@ -19,7 +20,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     if onefix_import::is_url(&arg) {
         let bytes = onefix_import::fetch(&arg)?;
         let imported = onefix_import::import(&bytes).with_context(|| format!("cannot read the profile from {arg}"))?;
-        return report_imported(imported, &args, planned);
+        return report_imported(imported, &arg, &args, planned);
     }
     crate::output::check_distinct(&planned.all(), &[path.as_path()])?;
     let mut file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
@@ -34,7 +35,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         let mut bytes = head;
         file.read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
         let imported = onefix_import::import(&bytes).with_context(|| format!("cannot read {}", path.display()))?;
-        return report_imported(imported, &args, planned);
+        return report_imported(imported, &arg, &args, planned);
     }
     let loaded = read_recording(BufReader::new(std::io::Cursor::new(head).chain(file)))
         .with_context(|| format!("cannot read {}", path.display()))?;
@@ -70,9 +71,16 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
 /// A profile recorded by another tool: its relative source files are looked for in the current
 /// directory, its user code guessed unless `--user-code` says, and what its format lacks is
 /// told to the diagnosis and said in the report's first note.
-fn report_imported(mut imported: Imported, args: &ReportArgs, planned: outputs::Planned) -> Result<ExitCode> {
+fn report_imported(
+    mut imported: Imported,
+    source: &str,
+    args: &ReportArgs,
+    planned: outputs::Planned,
+) -> Result<ExitCode> {
     let cwd = std::env::current_dir().ok();
+    let from = ImportedFrom { format: imported.format.name().to_owned(), source: source.to_owned() };
     let profile = &mut imported.profile;
+    profile.attach(IMPORTED, &from);
     if let Some(dir) = cwd.as_deref() {
         onefix_import::resolve_sources(profile, dir);
     }
@@ -85,7 +93,7 @@ fn report_imported(mut imported: Imported, args: &ReportArgs, planned: outputs::
     let profile = &imported.profile;
     let mut diagnosis = outputs::diagnose_with(profile, mode, &args.outputs, |o| {
         o.timeline = !lacks.timeline;
-        o.torn_reads = false;
+        o.partial_stacks = false;
     });
     if let Some(note) = imported.note() {
         diagnosis.notes.insert(0, Note::Said(note));
