@@ -12,7 +12,8 @@
 //! `rate_hz`, `share_of` (what every share is a fraction of), `total_weight`, `busy_weight` (the
 //! shares' denominator), `idle_share` (idle threads, as a fraction of `total_weight`),
 //! `outside_user_share` (busy weight outside user code, as a fraction of `busy_weight`),
-//! `hot_lines`, `notes`, `exit`, `complete` and `sampling`.
+//! `hot_lines`, `notes`, `exit`, `complete` and `sampling`; `imported_from` ({`format`,
+//! `source`}) for a profile another tool recorded.
 //!
 //! Shares are rounded to 4 decimals, speed-ups to 2, durations to the millisecond.
 
@@ -59,6 +60,9 @@ pub(crate) struct Report<'a> {
     exit: Option<ExitJson>,
     complete: bool,
     sampling: SamplingJson,
+    /// A profile another tool recorded: its format and the file or URL it was read from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    imported_from: Option<onefix_model::attachments::ImportedFrom>,
 }
 
 #[derive(Serialize)]
@@ -174,6 +178,7 @@ pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &
         }),
         complete: opts.complete,
         sampling: SamplingJson { ticks: meta.stats.ticks, errors: meta.stats.errors, late: meta.stats.late },
+        imported_from: profile.imported_from(),
     }
 }
 

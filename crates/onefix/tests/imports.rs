@@ -98,6 +98,18 @@ fn onefix_s_own_pprof_folded_and_speedscope_read_back_to_the_same_line() {
         assert_eq!(notes.iter().filter(|n| n.contains("no sample times")).count(), 1, "one note: {notes:?}");
     }
 
+    // The HTML report of an imported profile, opened in headless chromium (as reports.rs does):
+    // it renders without a console error, shows the finding, and draws no timeline, since the
+    // samples have no times.
+    let html = s.path("imported.html");
+    let out = onefix().current_dir(&s.0).args(["report", "p.pb.gz", "--html"]).arg(&html).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = open_in_browser(&html, "html-report-imported-pprof.png", "price");
+    assert_eq!(seen["consoleErrors"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["findings"][0]["loc"], format!("prices.py:{hot}"), "{seen:#}");
+    assert_eq!(seen["timelineRows"], 0, "{seen:#}");
+    assert_eq!(seen["title"], "onefix: p.pb.gz", "{seen:#}");
+
     // The same files, damaged.
     let cut = |name: &str, to: &str, at: fn(&[u8]) -> usize| {
         let bytes = std::fs::read(s.path(name)).unwrap();
@@ -116,6 +128,24 @@ fn onefix_s_own_pprof_folded_and_speedscope_read_back_to_the_same_line() {
     )
     .unwrap();
     refused(&s.0, "noise.bin", "it is not an onefix recording, nor a profile onefix imports");
+}
+
+/// Opens `html` in headless chromium through tests/browser/html_report.mjs (./setup installs
+/// chromium and playwright-core) and returns what it saw.
+fn open_in_browser(html: &Path, screenshot: &str, search: &str) -> Value {
+    assert!(Path::new("/usr/bin/chromium").exists(), "chromium is not installed: run ./setup");
+    let driver = repo().join("tests/browser/node_modules/playwright-core");
+    assert!(driver.exists(), "playwright-core is not installed in tests/browser: run ./setup (npm ci there)");
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(screenshot);
+    let out = Command::new("node")
+        .arg(repo().join("tests/browser/html_report.mjs"))
+        .arg(html)
+        .arg(&screenshot)
+        .arg(search)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): install Node.js and run ./setup"));
+    assert!(out.status.success(), "the browser check failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Answers every connection with `response` until the test ends.

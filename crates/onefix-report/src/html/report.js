@@ -47,7 +47,7 @@
     var what = r.unit === 'bytes' ? 'allocations' : r.mode + ' mode, ' + r.rate_hz + ' Hz';
     var line = (data.runs.length > 1 ? run.label + ': ' : '') + r.samples + ' samples over ' +
       r.duration_s.toFixed(2) + ' s (' + what + ') of ' +
-      (r.target.argv ? r.target.argv.join(' ') : 'pid ' + r.target.pid) +
+      (r.target.argv ? r.target.argv.join(' ') : r.imported_from ? 'a ' + r.imported_from.format + ' read from ' + r.imported_from.source : 'pid ' + r.target.pid) +
       (r.share_of ? '; shares are of the ' + r.share_of : '');
     sub.appendChild(el('div', { cls: 'muted' }, line));
   });
@@ -254,6 +254,10 @@
     el('span', { style: 'background:#2f8f4e' }), 'running', el('span', { style: 'background:#9aa5b1' }), 'waiting'));
   perRun(timelines, function (run, col) {
     var t = run.timeline;
+    if (!t) {
+      col.appendChild(el('p', { cls: 'muted', text: 'this profile has no sample times: no timeline' }));
+      return;
+    }
     var box = el('div', { cls: 'timeline' });
     var most = t.bucket_full;
     if (!(most > 0)) {
