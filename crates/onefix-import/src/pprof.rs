@@ -4,8 +4,8 @@
 //!
 //! What is read:
 //! - one sample type: `cpu/nanoseconds` (CPU mode), else `wall/nanoseconds` (wall mode), else
-//!   `samples/count`; the weight is the sample's `samples/count` value when the profile has one,
-//!   else its time over the sampling period;
+//!   `samples/count` or `cpu/count` (the Rust `pprof` crate's); the weight is the sample's count
+//!   when the profile has one, else its time over the sampling period;
 //! - a location's lines innermost first, so inlined functions are frames of their own, with the
 //!   file and line of each;
 //! - the labels onefix's writer adds, `thread`, `thread_id` and `state`, back into threads and
@@ -66,7 +66,8 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
         return Err(invalid("it has no sample type".into()));
     }
     let find = |ty: &str, unit: &str| types.iter().position(|(t, u)| t == ty && u == unit);
-    let count_index = find("samples", "count");
+    // The Rust `pprof` crate counts its samples as `cpu/count`.
+    let count_index = find("samples", "count").or_else(|| find("cpu", "count"));
     let (time_index, mode) = match (find("cpu", "nanoseconds"), find("wall", "nanoseconds")) {
         (Some(i), _) => (Some(i), Mode::Cpu),
         (None, Some(i)) => (Some(i), Mode::Wall),

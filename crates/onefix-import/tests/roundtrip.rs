@@ -221,6 +221,40 @@ fn a_go_cpu_profile_keeps_inlined_frames_and_names_the_compile_line() {
     assert_eq!(first.recurrence, None);
 }
 
+/// The Rust `pprof` crate's `Report::pprof`: one `cpu/count` sample type, no period, a location
+/// per function (keyed by its name), no labels.
+#[test]
+fn a_rust_pprof_crate_profile_is_read_as_cpu_sample_counts() {
+    let strings: Vec<String> = ["", "shop::price", "/src/shop/src/main.rs", "shop::main", "cpu", "count"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let function = |id, name| Function { id, name, system_name: name, filename: 2, start_line: 0 };
+    let location =
+        |id, line| Location { id, line: vec![Line { function_id: id, line, column: 0 }], ..Location::default() };
+    let profile = PprofProfile {
+        sample_type: vec![ValueType { r#type: 4, unit: 5 }],
+        sample: vec![
+            PprofSample { location_id: vec![1, 2], value: vec![90], label: vec![] },
+            PprofSample { location_id: vec![2], value: vec![10], label: vec![] },
+        ],
+        location: vec![location(1, 7), location(2, 20)],
+        function: vec![function(1, 1), function(2, 3)],
+        string_table: strings,
+        ..PprofProfile::default()
+    };
+    let imported = import(&profile.encode_to_vec()).unwrap();
+    assert_eq!(imported.sample_type.as_deref(), Some("cpu/count"));
+    assert_eq!((imported.profile.meta.mode, imported.profile.sample_count()), (Mode::Cpu, 100));
+    assert!(imported.lacks.interval, "no period: the times assume 100 Hz, and the note says so");
+    assert_eq!(onefix_import::guess_user_code(&imported.profile, None), vec!["/src/shop/src".to_owned()]);
+    let user = UserCode::new(["/src/shop/src"], None);
+    let opts = Options { mode: Mode::Cpu, timeline: false, partial_stacks: false, ..Options::default() };
+    let d = diagnose(&imported.profile, &KnowledgeBase::builtin(), &user, &opts);
+    assert_eq!(d.findings[0].line, 7, "{d:#?}");
+    assert!(imported.note().unwrap().contains("no sampling interval"));
+}
+
 #[test]
 fn damaged_profiles_are_errors_not_panics() {
     let gz = written(|w, p| write_pprof(w, p, Mode::Wall));
