@@ -98,10 +98,10 @@ impl Imported {
             1 => missing[0].to_owned(),
             n => format!("{} and {}", missing[..n - 1].join(", "), missing[n - 1]),
         };
-        let sized = if l.waits || l.states {
-            "shares are of the time it holds and each gain is a bound on that share of CPU time"
+        let sized = if l.waits {
+            "shares are of the CPU time it holds and each gain is a bound on that share of CPU time"
         } else {
-            "shares are of the time it holds and each gain is a bound on that share"
+            "shares are of the samples it holds and each gain is a bound on that share"
         };
         Some(format!("{what} has {list}: {sized}"))
     }

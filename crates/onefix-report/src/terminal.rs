@@ -106,11 +106,13 @@ impl Summary<'_> {
             target.push_str(", ");
             target.push_str(&describe::exit_clause(exit));
         }
-        let first = format!(
-            "onefix: {} samples over {} ({what}) of {target}",
-            thousands(self.profile.sample_count()),
-            describe::seconds(meta.duration_s),
-        );
+        // A profile imported from a format without a duration (folded stacks) says none.
+        let over = if meta.duration_s > 0.0 || self.profile.imported_from().is_none() {
+            format!(" over {}", describe::seconds(meta.duration_s))
+        } else {
+            String::new()
+        };
+        let first = format!("onefix: {} samples{over} ({what}) of {target}", thousands(self.profile.sample_count()));
         let mut lines = vec![self.style.bold(&first)];
 
         let mut context = Vec::new();

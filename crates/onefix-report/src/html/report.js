@@ -45,8 +45,8 @@
   data.runs.forEach(function (run) {
     var r = run.report;
     var what = r.unit === 'bytes' ? 'allocations' : r.mode + ' mode, ' + r.rate_hz + ' Hz';
-    var line = (data.runs.length > 1 ? run.label + ': ' : '') + r.samples + ' samples over ' +
-      r.duration_s.toFixed(2) + ' s (' + what + ') of ' +
+    var over = r.duration_s > 0 || !r.imported_from ? ' over ' + r.duration_s.toFixed(2) + ' s' : '';
+    var line = (data.runs.length > 1 ? run.label + ': ' : '') + r.samples + ' samples' + over + ' (' + what + ') of ' +
       (r.target.argv ? r.target.argv.join(' ') : r.imported_from ? 'a ' + r.imported_from.format + ' read from ' + r.imported_from.source : 'pid ' + r.target.pid) +
       (r.share_of ? '; shares are of the ' + r.share_of : '');
     sub.appendChild(el('div', { cls: 'muted' }, line));
