@@ -91,8 +91,12 @@ fn onefix_s_own_pprof_folded_and_speedscope_read_back_to_the_same_line() {
         assert_eq!(f["file"], prog.display().to_string(), "{file}: the file is found where the report is made");
         assert_eq!(f["kind"], first_finding(&recorded)["kind"], "{file}");
         assert!(f["recurrence"].is_null(), "{file}: no sample times, no recurrence claim: {imported:#}");
+        // The same samples: the recording's diagnosis leaves out the reads that tore (or places
+        // them by their neighbours), which a file does not mark, so the shares differ a little.
         let share = |r: &Value| r["findings"][0]["share"].as_f64().unwrap();
-        assert!((share(&imported) - share(&recorded)).abs() < 0.05, "{file}: {imported:#}");
+        let (a, b) = (share(&recorded), share(&imported));
+        eprintln!("{file}: share {a} recorded, {b} imported");
+        assert!((a - b).abs() < 0.1, "{file}: {a} vs {b}: {imported:#} {recorded:#}");
         let notes: Vec<&str> = imported["notes"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
         assert!(notes[0].starts_with(lacks), "{file}: {notes:?}");
         assert_eq!(notes.iter().filter(|n| n.contains("no sample times")).count(), 1, "one note: {notes:?}");
