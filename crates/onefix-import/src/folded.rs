@@ -115,13 +115,14 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
             root_first.push(id);
         }
         let stack = profile.intern_stack(root_first);
-        *weights.entry((thread, stack)).or_default() += count;
+        let total = weights.entry((thread, stack)).or_default();
+        *total = total.saturating_add(count);
     }
     // In a fixed order, so that the same file gives the same profile.
     let mut weights: Vec<((u32, Option<StackId>), u64)> = weights.into_iter().filter(|(_, w)| *w > 0).collect();
     weights.sort_unstable_by_key(|&((thread, stack), _)| (thread, stack.map(i64::from).unwrap_or(-1)));
     for ((thread, stack), weight) in weights {
-        push_weight(&mut profile, thread, stack, ThreadState::new(true, false), 0, weight);
+        push_weight(&mut profile, thread, stack, ThreadState::new(true, false), 0, weight)?;
     }
     if profile.samples.is_empty() {
         return Err(ImportError::NoSamples);

@@ -131,6 +131,8 @@ pub enum ImportError {
     FoldedLine { line: usize },
     #[error("the profile holds no samples")]
     NoSamples,
+    #[error("a sample weighs {weight} sampling intervals, more than any profile holds (the file is damaged)")]
+    TooHeavy { weight: u64 },
 }
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
@@ -168,7 +170,7 @@ pub fn import(bytes: &[u8]) -> Result<Imported, ImportError> {
 }
 
 /// No profile is this large once unpacked; more means a damaged or hostile file.
-const MAX_UNPACKED: u64 = 2 << 30;
+const MAX_UNPACKED: u64 = 1 << 30;
 
 fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, ImportError> {
     use std::io::Read;
@@ -177,20 +179,21 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, ImportError> {
     Ok(out)
 }
 
-/// Adds a sample of `weight` units, split when it exceeds a sample's `u32`.
+/// Adds a sample of `weight` units. A weight beyond a sample's `u32` (4 billion sampling
+/// intervals: years) is no profile's: the file is damaged.
 pub(crate) fn push_weight(
     profile: &mut Profile,
     thread: ThreadId,
     stack: Option<StackId>,
     state: ThreadState,
     time_us: u64,
-    mut weight: u64,
-) {
-    while weight > 0 {
-        let part = weight.min(u64::from(u32::MAX));
-        profile.samples.push(Sample { time_us, thread, stack, state, weight: part as u32 });
-        weight -= part;
+    weight: u64,
+) -> Result<(), ImportError> {
+    let weight = u32::try_from(weight).map_err(|_| ImportError::TooHeavy { weight })?;
+    if weight > 0 {
+        profile.samples.push(Sample { time_us, thread, stack, state, weight });
     }
+    Ok(())
 }
 
 /// Makes the relative source files of frames absolute where they exist under `dir` (folded

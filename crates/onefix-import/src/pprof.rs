@@ -130,7 +130,7 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
             (Some(c), _) => value(c)?.max(0) as u64,
             (None, Some(t)) => {
                 let ns = value(t)?.max(0) as u64;
-                (ns + interval_us * 500) / (interval_us * 1000)
+                ns.saturating_add(interval_us.saturating_mul(500)) / interval_us.saturating_mul(1000)
             }
             (None, None) => unreachable!("a profile without counts or times was refused above"),
         };
@@ -175,7 +175,7 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
                 t
             }
         };
-        push_weight(&mut profile, thread, stack, state, 0, weight);
+        push_weight(&mut profile, thread, stack, state, 0, weight)?;
     }
     if profile.samples.is_empty() {
         return Err(ImportError::NoSamples);

@@ -152,7 +152,7 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
                         None => w.round(),
                     };
                     if units.is_finite() && units > 0.0 {
-                        push_weight(&mut profile, thread, stack, running, 0, units as u64);
+                        push_weight(&mut profile, thread, stack, running, 0, units as u64)?;
                     }
                 }
             }
@@ -169,7 +169,7 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
                         let stack: Option<StackId> = profile.intern_stack(open.iter().copied());
                         let start_us = (since - start_value) * us;
                         let units = ((e.at - since) * us / EVENTED_UNIT_US as f64).round() as u64;
-                        push_weight(&mut profile, thread, stack, running, start_us as u64, units);
+                        push_weight(&mut profile, thread, stack, running, start_us as u64, units)?;
                     }
                     since = e.at;
                     end_us = end_us.max((e.at - start_value) * us);

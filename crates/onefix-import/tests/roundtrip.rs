@@ -272,6 +272,14 @@ fn damaged_profiles_are_errors_not_panics() {
     heap.string_table[1] = "alloc_objects".into();
     let err = import(&heap.encode_to_vec()).unwrap_err();
     assert!(err.to_string().contains("alloc_objects/count, alloc_space/bytes"), "{err}");
+    let mut heavy = go_cpu_profile();
+    heavy.sample[0].value = vec![i64::MAX, i64::MAX];
+    assert!(matches!(import(&heavy.encode_to_vec()), Err(ImportError::TooHeavy { .. })));
+    assert!(matches!(
+        import(b"a;b 99999999999999999999\n"),
+        Err(ImportError::FoldedLine { line: 1 }) | Err(ImportError::Unknown)
+    ));
+    assert!(matches!(import(b"a;b 9999999999999\n"), Err(ImportError::TooHeavy { .. })));
     let ss = written(|w, p| write_speedscope(w, p, Mode::Wall));
     assert!(matches!(import(&ss[..ss.len() - 10]), Err(ImportError::Json(_))));
     let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
@@ -296,4 +304,30 @@ fn py_spy_raw_stacks_are_diagnosed_like_a_recording() {
         "{d:#?}"
     );
     assert!(d.findings[0].file.ends_with("/app.py") && d.findings[0].file.starts_with('/'), "found in the checkout");
+}
+
+/// Every cut of every format, and every single flipped byte of the uncompressed pprof, is read
+/// or refused, never a panic.
+#[test]
+fn any_cut_or_flipped_byte_is_read_or_refused_without_a_panic() {
+    let formats = [
+        written(|w, p| write_pprof(w, p, Mode::Wall)),
+        go_cpu_profile().encode_to_vec(),
+        written(|w, p| write_folded(w, p, Mode::Wall, &FoldedOptions { thread_prefix: true })),
+        written(|w, p| write_speedscope(w, p, Mode::Wall)),
+    ];
+    for bytes in &formats {
+        let step = (bytes.len() / 300).max(1);
+        for cut in (0..bytes.len()).step_by(step) {
+            let _ = import(&bytes[..cut]);
+        }
+    }
+    let raw = go_cpu_profile().encode_to_vec();
+    for i in 0..raw.len() {
+        for flip in [0x01u8, 0x80, 0xff] {
+            let mut damaged = raw.clone();
+            damaged[i] ^= flip;
+            let _ = import(&damaged);
+        }
+    }
 }
