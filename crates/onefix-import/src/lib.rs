@@ -176,6 +176,9 @@ fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, ImportError> {
     use std::io::Read;
     let mut out = Vec::new();
     flate2::read::MultiGzDecoder::new(bytes).take(MAX_UNPACKED).read_to_end(&mut out).map_err(ImportError::Gzip)?;
+    if out.len() as u64 >= MAX_UNPACKED {
+        return Err(ImportError::Gzip(std::io::Error::other("it unpacks to more than 1 GiB")));
+    }
     Ok(out)
 }
 
