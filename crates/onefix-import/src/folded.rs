@@ -37,19 +37,21 @@ pub fn looks_folded(bytes: &[u8]) -> bool {
             _ => return false,
         },
     };
-    text.lines().map(str::trim).find(|l| !l.is_empty()).is_some_and(|l| split_line(l).is_some())
+    text.lines().map(str::trim).find(|l| !l.is_empty()).and_then(split_line).is_some_and(|(stack, _)| !stack.is_empty())
 }
 
 /// `stack count` into the stack and the count (the last of two counts, in a differential file).
+/// A count alone is a sample without frames (py-spy writes ` 1` for a thread it read none of).
 fn split_line(line: &str) -> Option<(&str, u64)> {
-    let (stack, count) = line.rsplit_once(' ')?;
+    let line = line.trim();
+    let (stack, count) = line.rsplit_once(' ').unwrap_or(("", line));
     let count = parse_count(count)?;
     // A differential file (`stack before after`): the second count is the profile's.
     let stack = match stack.rsplit_once(' ') {
         Some((s, c)) if parse_count(c).is_some() => s,
         _ => stack,
     };
-    (!stack.trim().is_empty()).then_some((stack.trim_end(), count))
+    Some((stack.trim(), count))
 }
 
 fn parse_count(token: &str) -> Option<u64> {
@@ -101,7 +103,7 @@ pub fn read(bytes: &[u8]) -> Result<Imported, ImportError> {
         };
         let mut root_first: Vec<FrameId> = Vec::new();
         for label in labels {
-            if label == NO_FRAMES {
+            if label == NO_FRAMES || label.is_empty() {
                 continue;
             }
             let id = match frame_of.get(label) {
@@ -225,5 +227,9 @@ mod tests {
         assert!(matches!(read(b"a;b 0\n"), Err(ImportError::NoSamples)));
         assert_eq!(split_line("a;b 3 5"), Some(("a;b", 5)), "differential: the second count");
         assert_eq!(split_line("a;worker_12 3"), Some(("a;worker_12", 3)));
+        assert_eq!(split_line(" 1"), Some(("", 1)), "py-spy's sample without frames");
+        assert!(!looks_folded(b"12\n"), "a number alone does not make a file folded stacks");
+        let with_empty = read(b"a;b 3\n 1\n").unwrap();
+        assert_eq!(with_empty.profile.sample_count(), 4);
     }
 }
