@@ -134,10 +134,11 @@ fn onefix_s_own_pprof_folded_and_speedscope_read_back_to_the_same_line() {
     refused(&s.0, "noise.bin", "it is not an onefix recording, nor a profile onefix imports");
 }
 
-/// Real `py-spy record --format raw` output: its short file names (`json/__init__.py`) keep a
-/// library's package, so the JSON line is classified as in a recording; the hot line is rank 1.
+/// Real `py-spy record` output, raw (folded) and speedscope: the hot line is rank 1, and the
+/// JSON line is classified as in a recording (py-spy's short file names, `json/__init__.py`, keep
+/// a library's package in the raw format; the speedscope one has full paths).
 #[test]
-fn py_spy_raw_output_is_diagnosed() {
+fn py_spy_raw_and_speedscope_output_is_diagnosed() {
     if !Command::new("py-spy").arg("--version").output().is_ok_and(|o| o.status.success()) {
         eprintln!("skipped: needs py-spy (./setup installs it from tests/programs/requirements.txt)");
         return;
@@ -145,20 +146,25 @@ fn py_spy_raw_output_is_diagnosed() {
     let s = Scratch::new("imports-py-spy");
     let prog = s.path("shop.py");
     std::fs::write(&prog, SHOP).unwrap();
-    let out = Command::new("py-spy")
-        .current_dir(&s.0)
-        .args(["record", "--format", "raw", "--rate", "100", "-o", "raw.txt", "--", "python3"])
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "py-spy failed: {}", String::from_utf8_lossy(&out.stderr));
-    let report = report(&s.0, "raw.txt");
-    let f = first_finding(&report);
-    assert_eq!(f["line"], line_of(&prog, "# HOT"), "{report:#}");
-    assert_eq!(f["file"], prog.display().to_string(), "{report:#}");
-    let json = report["findings"].as_array().unwrap().iter().find(|f| f["line"] == line_of(&prog, "# JSON"));
-    assert_eq!(json.unwrap_or_else(|| panic!("{report:#}"))["kind"], "serialization", "{report:#}");
-    assert!(report["notes"][0].as_str().unwrap().starts_with("this folded-stacks file has no sample times"));
+    for (format, file, lacks) in [
+        ("raw", "raw.txt", "this folded-stacks file has no sample times"),
+        ("speedscope", "ss.json", "this speedscope profile has no sample times"),
+    ] {
+        let out = Command::new("py-spy")
+            .current_dir(&s.0)
+            .args(["record", "--format", format, "--rate", "100", "-o", file, "--", "python3"])
+            .arg(&prog)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "py-spy failed: {}", String::from_utf8_lossy(&out.stderr));
+        let report = report(&s.0, file);
+        let f = first_finding(&report);
+        assert_eq!(f["line"], line_of(&prog, "# HOT"), "{format}: {report:#}");
+        assert_eq!(f["file"], prog.display().to_string(), "{format}: {report:#}");
+        let json = report["findings"].as_array().unwrap().iter().find(|f| f["line"] == line_of(&prog, "# JSON"));
+        assert_eq!(json.unwrap_or_else(|| panic!("{report:#}"))["kind"], "serialization", "{format}: {report:#}");
+        assert!(report["notes"][0].as_str().unwrap().starts_with(lacks), "{format}: {report:#}");
+    }
 }
 
 const SHOP: &str = r#"import json, time
