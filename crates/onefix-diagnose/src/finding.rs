@@ -35,8 +35,9 @@ pub struct Finding {
     pub why: String,
     pub evidence: Vec<Evidence>,
     /// Fraction of the recording's time windows (in which the busy threads ran) where this
-    /// line was seen: near 1 for recurring work, low for start-up.
-    pub recurrence: f64,
+    /// line was seen: near 1 for recurring work, low for start-up. `None` for a profile
+    /// without sample times (imported from pprof or folded stacks), which cannot tell.
+    pub recurrence: Option<f64>,
     /// Knowledge-base entry (or built-in analysis) that classified the line.
     pub rule: String,
     /// Fraction of the line's weight under the classifying entry (1 for self time or waits).
@@ -177,7 +178,7 @@ mod tests {
             advice: String::new(),
             why: String::new(),
             evidence: Vec::new(),
-            recurrence: 1.0,
+            recurrence: Some(1.0),
             rule: "r".into(),
             explained: 1.0,
             enclosing_loop: None,

@@ -81,6 +81,9 @@ pub fn python_module(file: &str) -> String {
         .iter()
         .find_map(|m| file.find(m).map(|i| &file[i + m.len()..]))
         .or_else(|| python_lib_root(file).map(|i| &file[i..]))
+        // A relative name is relative to an import root, as py-spy's short file names are
+        // (`json/__init__.py`): its directories are the module's packages.
+        .or_else(|| (!file.starts_with('/')).then_some(file))
         .unwrap_or_else(|| onefix_model::fmt::file_name(file));
     let rel = rel.strip_suffix(".py").unwrap_or(rel);
     let rel = rel.strip_suffix("/__init__").unwrap_or(rel);
@@ -326,6 +329,8 @@ mod tests {
         assert_eq!(python_module("/x/lib/python3.11/concurrent/futures/thread.py"), "concurrent.futures.thread");
         assert_eq!(python_module("<frozen importlib._bootstrap>"), "importlib._bootstrap");
         assert_eq!(python_module("/srv/app/worker.py"), "worker");
+        assert_eq!(python_module("json/__init__.py"), "json", "py-spy's short file names");
+        assert_eq!(python_module("concurrent/futures/thread.py"), "concurrent.futures.thread");
         assert_eq!(
             qualified_name(&Frame::python("create_default_context", "/usr/lib/python3.11/ssl.py", 770)),
             "ssl.create_default_context"

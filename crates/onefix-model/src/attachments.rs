@@ -15,6 +15,17 @@ pub const MEMORY: &str = "memory";
 /// The result of the load that drove the target (`record --load`), as onefix-load writes it.
 pub const LOAD: &str = "load";
 
+/// Where a profile recorded by another tool came from ([`ImportedFrom`]).
+pub const IMPORTED: &str = "imported";
+
+/// A profile onefix did not record: its format and the file or URL it was read from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImportedFrom {
+    /// `pprof profile`, `folded-stacks file`, `speedscope profile`.
+    pub format: String,
+    pub source: String,
+}
+
 /// What the diagnosis needs to know of the machine a recording was made on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
@@ -45,6 +56,11 @@ impl Profile {
     /// The machine the recording was made on; `None` for recordings made before it was kept.
     pub fn machine(&self) -> Option<Machine> {
         self.attachment(MACHINE)
+    }
+
+    /// Where the profile came from, when another tool recorded it.
+    pub fn imported_from(&self) -> Option<ImportedFrom> {
+        self.attachment(IMPORTED)
     }
 
     /// A memory recording's facts beyond its samples.

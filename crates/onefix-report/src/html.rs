@@ -128,7 +128,8 @@ struct RunData<'a> {
     /// `function (file:line)` per frame index the graphs use.
     frames: Vec<FrameData>,
     flames: Vec<Flame>,
-    timeline: Timeline,
+    /// `None` for a profile without sample times (imported from pprof or folded stacks).
+    timeline: Option<Timeline>,
     sources: Vec<SourceSnippet>,
     /// The load that drove the target (`record --load`), when the recording carries it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -209,7 +210,10 @@ struct DiffNode {
 /// `flames`, `timeline`, `sources`) and, for two runs, `diff`.
 pub fn html_data(runs: &[HtmlRun], sources: &dyn SourceFiles) -> Value {
     let title = match runs {
-        [one] => format!("onefix: {}", describe::command_line(&one.profile.meta.target)),
+        [one] => match one.profile.imported_from() {
+            Some(from) if one.profile.meta.target.argv.is_none() => format!("onefix: {}", from.source),
+            _ => format!("onefix: {}", describe::command_line(&one.profile.meta.target)),
+        },
         [a, b, ..] => format!("onefix: {} vs {}", a.label, b.label),
         [] => "onefix".to_owned(),
     };
@@ -265,7 +269,7 @@ fn run_data<'a>(run: &'a HtmlRun, sources: &dyn SourceFiles) -> RunData<'a> {
         report: report(profile, run.diagnosis, &JsonOptions { complete: run.complete }),
         frames: frames.frames,
         flames,
-        timeline: timeline(profile),
+        timeline: has_times(profile).then(|| timeline(profile)),
         sources: snippets(&hot_places, sources),
         load: load(profile),
         memory: memory(profile),
@@ -360,6 +364,12 @@ fn node(
         s: n.self_weight,
         c: children.into_iter().map(|c| node(profile, tree, c, min, frames, hot_places)).collect(),
     }
+}
+
+/// Whether the samples carry their times: not so for a profile imported from a format without
+/// them, whose samples are all at time 0.
+fn has_times(profile: &Profile) -> bool {
+    profile.imported_from().is_none() || profile.samples.iter().any(|s| s.time_us > 0)
 }
 
 fn timeline(profile: &Profile) -> Timeline {

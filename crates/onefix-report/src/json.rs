@@ -12,7 +12,8 @@
 //! `rate_hz`, `share_of` (what every share is a fraction of), `total_weight`, `busy_weight` (the
 //! shares' denominator), `idle_share` (idle threads, as a fraction of `total_weight`),
 //! `outside_user_share` (busy weight outside user code, as a fraction of `busy_weight`),
-//! `hot_lines`, `notes`, `exit`, `complete` and `sampling`.
+//! `hot_lines`, `notes`, `exit`, `complete` and `sampling`; `imported_from` ({`format`,
+//! `source`}) for a profile another tool recorded.
 //!
 //! Shares are rounded to 4 decimals, speed-ups to 2, durations to the millisecond.
 
@@ -59,6 +60,9 @@ pub(crate) struct Report<'a> {
     exit: Option<ExitJson>,
     complete: bool,
     sampling: SamplingJson,
+    /// A profile another tool recorded: its format and the file or URL it was read from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    imported_from: Option<onefix_model::attachments::ImportedFrom>,
 }
 
 #[derive(Serialize)]
@@ -87,7 +91,8 @@ struct FindingJson<'a> {
     advice: &'a str,
     evidence: Vec<EvidenceJson<'a>>,
     why: &'a str,
-    recurrence: f64,
+    /// Null for a profile without sample times (imported), which cannot tell.
+    recurrence: Option<f64>,
     rule: &'a str,
     enclosing_loop: Option<&'a str>,
 }
@@ -173,6 +178,7 @@ pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &
         }),
         complete: opts.complete,
         sampling: SamplingJson { ticks: meta.stats.ticks, errors: meta.stats.errors, late: meta.stats.late },
+        imported_from: profile.imported_from(),
     }
 }
 
@@ -193,7 +199,7 @@ fn finding_json(f: &Finding) -> FindingJson<'_> {
         advice: &f.advice,
         evidence: f.evidence.iter().map(evidence_json).collect(),
         why: &f.why,
-        recurrence: share(f.recurrence),
+        recurrence: f.recurrence.map(share),
         rule: &f.rule,
         enclosing_loop: f.enclosing_loop.as_deref(),
     }

@@ -97,19 +97,22 @@ impl Summary<'_> {
         } else {
             format!("allocations, {}", describe::bytes(self.diagnosis.total_weight))
         };
-        let mut target = match meta.target.argv {
-            Some(_) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
-            None => format!("pid {} (attached)", meta.target.pid),
+        let mut target = match (&meta.target.argv, self.profile.imported_from()) {
+            (Some(_), _) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
+            (None, Some(from)) => format!("a {} read from {}", from.format, from.source),
+            (None, None) => format!("pid {} (attached)", meta.target.pid),
         };
         if let Some(exit) = &meta.exit {
             target.push_str(", ");
             target.push_str(&describe::exit_clause(exit));
         }
-        let first = format!(
-            "onefix: {} samples over {} ({what}) of {target}",
-            thousands(self.profile.sample_count()),
-            describe::seconds(meta.duration_s),
-        );
+        // A profile imported from a format without a duration (folded stacks) says none.
+        let over = if meta.duration_s > 0.0 || self.profile.imported_from().is_none() {
+            format!(" over {}", describe::seconds(meta.duration_s))
+        } else {
+            String::new()
+        };
+        let first = format!("onefix: {} samples{over} ({what}) of {target}", thousands(self.profile.sample_count()));
         let mut lines = vec![self.style.bold(&first)];
 
         let mut context = Vec::new();
@@ -198,12 +201,19 @@ impl Summary<'_> {
                 f.evidence.iter().take(EVIDENCE_SHOWN).map(|e| format!("{} {}", e.frame, percent(e.share))).collect();
             lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT, self.opts.width));
         }
-        let mut seen =
-            format!("{INDENT}seen in {} of time windows: {}", percent(f.recurrence), recurrence_reading(f.recurrence));
-        if let Some(enclosing) = &f.enclosing_loop {
-            seen = format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing));
+        // A profile without sample times cannot tell when the line ran: nothing is said.
+        let seen =
+            f.recurrence.map(|r| format!("{INDENT}seen in {} of time windows: {}", percent(r), recurrence_reading(r)));
+        match (seen, &f.enclosing_loop) {
+            (Some(seen), Some(enclosing)) => {
+                lines.push(format!("{seen:<62}  (inside the loop at {})", self.display_location(enclosing)))
+            }
+            (Some(seen), None) => lines.push(seen),
+            (None, Some(enclosing)) => {
+                lines.push(format!("{INDENT}inside the loop at {}", self.display_location(enclosing)))
+            }
+            (None, None) => {}
         }
-        lines.push(seen);
         lines.extend(wrap(&f.advice, &format!("{INDENT}{} ", self.style.green("fix:")), INDENT, self.opts.width));
         if let Some(bound) = f.max_speedup.filter(|x| x.is_finite()) {
             let gain = match (self.time_profile(), f.gain_basis) {

@@ -238,7 +238,9 @@ pub struct DumpArgs {
 
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// A recording written by `onefix record`.
+    /// A recording written by `onefix record`, or a profile recorded elsewhere: pprof (`.pb.gz`),
+    /// folded stacks, speedscope JSON, or a pprof URL (http://HOST/debug/pprof/profile?seconds=10).
+    #[arg(value_name = "RECORDING|PROFILE|URL")]
     pub recording: PathBuf,
     /// Weigh samples as wall time or CPU time; default: the mode it was recorded in.
     #[arg(long, value_enum)]

@@ -101,13 +101,15 @@ pub fn settle_running(profile: &mut Profile, args: &OutputArgs) {
 }
 
 pub fn run_diagnosis(profile: &Profile, mode: Mode, args: &OutputArgs) -> Diagnosis {
+    diagnose_with(profile, mode, args, |_| {})
+}
+
+/// [`run_diagnosis`] with options adjusted by `adjust` (an imported profile's missing timeline).
+pub fn diagnose_with(profile: &Profile, mode: Mode, args: &OutputArgs, adjust: impl FnOnce(&mut Options)) -> Diagnosis {
     let user = user_code(profile, args);
-    diagnose(
-        profile,
-        knowledge_base(),
-        &user,
-        &Options { mode, cpus: profile.machine().map(|m| m.cpus), ..Options::default() },
-    )
+    let mut opts = Options { mode, cpus: profile.machine().map(|m| m.cpus), ..Options::default() };
+    adjust(&mut opts);
+    diagnose(profile, knowledge_base(), &user, &opts)
 }
 
 /// The outputs of `OutputArgs`, each checked (and its temporary file made) before anything runs.

@@ -354,29 +354,30 @@ fn the_gate_passes_two_runs_of_the_same_server_and_fails_one_planted_slower() {
             .unwrap();
         assert!(out.status.success(), "{}", stderr(&out));
     };
-    // Sleeps long beside the server's own work and the machine's noise, planted 3x slower.
+    // Sleeps long beside the server's own work and the machine's noise, planted 3x slower; the
+    // limit (25%) leaves two runs of the same server room on a machine busy with other tests.
     load("a.json", 20);
     load("same.json", 20);
     load("slower.json", 60);
     let gate = |b: &str| {
-        onefix().arg("compare").arg(s.path("a.json")).arg(s.path(b)).args(["--fail-if-slower", "5%"]).output().unwrap()
+        onefix().arg("compare").arg(s.path("a.json")).arg(s.path(b)).args(["--fail-if-slower", "25%"]).output().unwrap()
     };
     let gate_line = |out: &Output| {
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let line = text.lines().find(|l| l.starts_with("gate (--fail-if-slower 5%): ")).map(str::to_owned);
+        let line = text.lines().find(|l| l.starts_with("gate (--fail-if-slower 25%): ")).map(str::to_owned);
         line.unwrap_or_else(|| panic!("no gate line in: {text}"))
     };
 
     let out = gate("same.json");
     let line = gate_line(&out);
     assert_eq!(out.status.code(), Some(0), "{line}");
-    assert!(!line.contains("above the 5% limit"), "{line}");
+    assert!(!line.contains("above the 25% limit"), "{line}");
 
     let out = gate("slower.json");
     let line = gate_line(&out);
     assert_eq!(out.status.code(), Some(3), "{line}\n{}", stderr(&out));
     assert!(
-        line.contains("latency") && line.contains("B is slower: +") && line.contains("above the 5% limit"),
+        line.contains("latency") && line.contains("B is slower: +") && line.contains("above the 25% limit"),
         "{line}"
     );
     // The slower run as A: B is faster, and the gate passes.
@@ -384,7 +385,7 @@ fn the_gate_passes_two_runs_of_the_same_server_and_fails_one_planted_slower() {
         .arg("compare")
         .arg(s.path("slower.json"))
         .arg(s.path("a.json"))
-        .args(["--fail-if-slower", "5%"])
+        .args(["--fail-if-slower", "25%"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", gate_line(&out));

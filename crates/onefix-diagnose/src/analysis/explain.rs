@@ -11,7 +11,7 @@ impl Engine<'_> {
     pub(super) fn explain(
         &mut self,
         l: usize,
-        recurrence: f64,
+        recurrence: Option<f64>,
         stretch: &Stretch,
         share: &dyn Fn(u64) -> f64,
         opts: &Options,
@@ -314,6 +314,10 @@ impl Engine<'_> {
     /// which the mean cancels out. A window counts at most as many waits as threads waited in
     /// it: one thread's late tick can put more than a window's worth of weight in one window.
     pub(super) fn in_flight(&self, l: usize) -> Option<(f64, f64)> {
+        // Which waits overlapped is read from their times.
+        if !self.timeline {
+            return None;
+        }
         let window_weight = IN_FLIGHT_WINDOW_US as f64 / 1e6 / self.profile.seconds_per_weight()?;
         let windows = &self.lines[l].blocked_windows;
         let (first, last) = (*windows.keys().min()?, *windows.keys().max()?);

@@ -79,7 +79,8 @@ impl Engine<'_> {
             Some((e, at)) if !beneath.iter().skip(at + 1).any(|&f| !self.frame(f).cost.is_empty()) => Some(e),
             _ => None,
         };
-        let truncated = leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
+        let truncated =
+            self.partial_stacks && leaf_first.last().is_some_and(|&root| !self.profile.frame(root).can_start_stack());
         let waiting_call = match leaf_first.first() {
             Some(&leaf) if self.profile.frame(leaf).kind == FrameKind::Python => {
                 let mut entries = self.frame(leaf).cost.clone();
@@ -111,10 +112,11 @@ impl Engine<'_> {
         });
         let i = self.stack_facts.len();
         let leaf = leaf_first.first().copied();
-        let cut_short = leaf_first.last().is_some_and(|&root| {
-            let f = self.profile.frame(root);
-            f.kind == FrameKind::Native && !onefix_model::native_frame_can_start_stack(&f.function)
-        });
+        let cut_short = self.partial_stacks
+            && leaf_first.last().is_some_and(|&root| {
+                let f = self.profile.frame(root);
+                f.kind == FrameKind::Native && !onefix_model::native_frame_can_start_stack(&f.function)
+            });
         self.stack_facts.push(StackFacts {
             callers,
             beneath,

@@ -156,7 +156,7 @@ mod loop_header_tests {
             advice: String::new(),
             why: "computes".into(),
             evidence: Vec::new(),
-            recurrence: 1.0,
+            recurrence: Some(1.0),
             rule: "self-time".into(),
             explained: 1.0,
             enclosing_loop: enclosing_loop.map(str::to_owned),

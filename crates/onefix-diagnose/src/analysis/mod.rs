@@ -38,6 +38,16 @@ pub struct Options {
     /// CPUs of the machine the recording was made on, when known: the work that stays after
     /// a fix runs on them, which bounds what the fix can gain.
     pub cpus: Option<u32>,
+    /// The samples' times are when they were taken. False for a profile that has none (pprof,
+    /// folded stacks, a speedscope "sampled" profile): then nothing is said of when or how
+    /// regularly a line ran (no recurrence, no one-off check), and nothing is read from which
+    /// samples were simultaneous (lock holders, the critical path, waits in flight).
+    pub timeline: bool,
+    /// Stacks may be partial, as onefix's own samplers read them: a Python stack read torn
+    /// from a running target, a native one the unwinder cut short. A stack that does not start
+    /// where a thread starts is then incomplete. False for profiles recorded by other tools,
+    /// whose stacks are taken as they are.
+    pub partial_stacks: bool,
 }
 
 impl Default for Options {
@@ -49,6 +59,8 @@ impl Default for Options {
             max_hot_lines: 12,
             min_recurrence: 0.3,
             cpus: None,
+            timeline: true,
+            partial_stacks: true,
         }
     }
 }
@@ -188,7 +200,7 @@ impl<'p> CleanByLeaf<'p> {
 /// speedscope and the Firefox Profiler count the same CPU time; returns how many were marked.
 pub fn settle_running(profile: &mut Profile, kb: &KnowledgeBase, user: &UserCode) -> usize {
     let waiting: Vec<usize> = {
-        let mut engine = Engine::new(profile, kb, user);
+        let mut engine = Engine::new(profile, kb, user, &Options::default());
         let samples = &profile.samples;
         (0..samples.len()).filter(|&i| samples[i].state.active() && !engine.running(&samples[i])).collect()
     };
@@ -200,11 +212,11 @@ pub fn settle_running(profile: &mut Profile, kb: &KnowledgeBase, user: &UserCode
 }
 
 pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
-    Engine::new(profile, kb, user).run(opts)
+    Engine::new(profile, kb, user, opts).run(opts)
 }
 
 impl<'a> Engine<'a> {
-    fn new(profile: &'a Profile, kb: &'a KnowledgeBase, user: &'a UserCode) -> Engine<'a> {
+    fn new(profile: &'a Profile, kb: &'a KnowledgeBase, user: &'a UserCode, opts: &Options) -> Engine<'a> {
         Engine {
             profile,
             kb,
@@ -215,6 +227,8 @@ impl<'a> Engine<'a> {
             lines: Vec::new(),
             line_of_frame: HashMap::new(),
             source: SourceCache::default(),
+            timeline: opts.timeline,
+            partial_stacks: opts.partial_stacks,
         }
     }
 }
@@ -229,6 +243,10 @@ struct Engine<'a> {
     lines: Vec<LineAcc>,
     line_of_frame: HashMap<FrameId, usize>,
     source: SourceCache,
+    /// [`Options::timeline`].
+    timeline: bool,
+    /// [`Options::partial_stacks`].
+    partial_stacks: bool,
 }
 
 impl Engine<'_> {
@@ -243,7 +261,7 @@ impl Engine<'_> {
         let threads::ThreadClasses { works, background } = self.classify_threads(mode);
 
         // Waits for a lock or the GIL, charged to the holder's line of the same tick (waits.rs).
-        let timelines = waits::Timelines::of(profile);
+        let timelines = if self.timeline { waits::Timelines::of(profile) } else { None };
         let recharges = self.wait_for(mode, timelines.as_ref());
 
         // Pass 2: charge the samples to their frontier lines.
@@ -414,7 +432,7 @@ impl Engine<'_> {
         // A Go program's goroutines run on OS threads and wait apart from them (read from the
         // runtime): one goroutine's time is on two timelines, which no path can follow.
         let goroutines = threads.iter().any(|t| t.is_goroutine());
-        let path = if sharing > 1 && !goroutines {
+        let path = if sharing > 1 && !goroutines && self.timeline {
             self.critical_path(timelines.as_ref(), &recharges, &moved, &background, opts)
         } else {
             None
@@ -491,10 +509,11 @@ impl Engine<'_> {
             if self.lines[l].weight < MIN_FINDING_WEIGHT {
                 continue;
             }
-            let recurrence = {
+            // Without sample times there are no windows to count.
+            let recurrence = self.timeline.then(|| {
                 let seen: u32 = self.lines[l].windows.iter().map(|w| w.count_ones()).sum();
                 seen as f64 / active_window_count as f64
-            };
+            });
             let frame = profile.frame(self.lines[l].frame).clone();
             if self.lines[l].importing * 2 > self.lines[l].weight {
                 notes.push(Note::Importing {
@@ -503,7 +522,7 @@ impl Engine<'_> {
                 });
                 continue;
             }
-            if active_window_count >= 4 && recurrence < opts.min_recurrence {
+            if let Some(recurrence) = recurrence.filter(|&r| active_window_count >= 4 && r < opts.min_recurrence) {
                 notes.push(Note::OneOff {
                     at: format!("{}:{}", short(&frame.file), frame.line),
                     percent: share(self.lines[l].weight) * 100.0,

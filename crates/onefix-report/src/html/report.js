@@ -45,9 +45,9 @@
   data.runs.forEach(function (run) {
     var r = run.report;
     var what = r.unit === 'bytes' ? 'allocations' : r.mode + ' mode, ' + r.rate_hz + ' Hz';
-    var line = (data.runs.length > 1 ? run.label + ': ' : '') + r.samples + ' samples over ' +
-      r.duration_s.toFixed(2) + ' s (' + what + ') of ' +
-      (r.target.argv ? r.target.argv.join(' ') : 'pid ' + r.target.pid) +
+    var over = r.duration_s > 0 || !r.imported_from ? ' over ' + r.duration_s.toFixed(2) + ' s' : '';
+    var line = (data.runs.length > 1 ? run.label + ': ' : '') + r.samples + ' samples' + over + ' (' + what + ') of ' +
+      (r.target.argv ? r.target.argv.join(' ') : r.imported_from ? 'a ' + r.imported_from.format + ' read from ' + r.imported_from.source : 'pid ' + r.target.pid) +
       (r.share_of ? '; shares are of the ' + r.share_of : '');
     sub.appendChild(el('div', { cls: 'muted' }, line));
   });
@@ -123,7 +123,7 @@
         f.max_speedup ? el('div', { cls: 'gain' }, el('b', { text: 'if this cost went away: ' }), 'up to ' + f.max_speedup.toFixed(1) + 'x faster' +
           (f.max_speedup_range ? ' (with this many samples, ' + (f.max_speedup_range[1] === null ? 'at least ' + f.max_speedup_range[0].toFixed(1) + 'x)'
             : 'anywhere from ' + f.max_speedup_range[0].toFixed(1) + 'x to ' + f.max_speedup_range[1].toFixed(1) + 'x)') : '')) : null,
-        el('div', { cls: 'muted' }, 'seen in ' + pct(f.recurrence) + ' of time windows' +
+        el('div', { cls: 'muted' }, (f.recurrence === null ? 'no sample times to tell when it ran' : 'seen in ' + pct(f.recurrence) + ' of time windows') +
           (f.enclosing_loop ? '; inside the loop at ' + base(f.enclosing_loop) : '') + '; in ' + f.function + ' (' + f.file + ')'));
       if (f.evidence.length) {
         var table = el('table', { cls: 'evidence' }, el('tr', null, el('th', { text: 'evidence' }), el('th', { text: 'where' }), el('th', { cls: 'num', text: 'share' })));
@@ -289,6 +289,10 @@
     el('span', { style: 'background:#2f8f4e' }), 'running', el('span', { style: 'background:#9aa5b1' }), 'waiting'));
   perRun(timelines, function (run, col) {
     var t = run.timeline;
+    if (!t) {
+      col.appendChild(el('p', { cls: 'muted', text: 'this profile has no sample times: no timeline' }));
+      return;
+    }
     var box = el('div', { cls: 'timeline' });
     var most = t.bucket_full;
     if (!(most > 0)) {

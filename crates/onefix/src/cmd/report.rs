@@ -1,9 +1,12 @@
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use onefix_model::recording::read_recording;
+use onefix_diagnose::Note;
+use onefix_import::Imported;
+use onefix_model::attachments::{ImportedFrom, IMPORTED};
+use onefix_model::recording::{read_recording, MAGIC};
 
 use crate::cli::ReportArgs;
 use crate::outputs;
@@ -13,9 +16,29 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     // Checked before the recording is read: a bad path is said at once, and no output may
     // land on the recording itself.
     let planned = outputs::Planned::check(&args.outputs)?;
+    let arg = path.to_string_lossy();
+    if onefix_import::is_url(&arg) {
+        let bytes = onefix_import::fetch(&arg)?;
+        let imported = onefix_import::import(&bytes).with_context(|| format!("cannot read the profile from {arg}"))?;
+        return report_imported(imported, &arg, &args, planned);
+    }
     crate::output::check_distinct(&planned.all(), &[path.as_path()])?;
-    let file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
-    let loaded = read_recording(BufReader::new(file)).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut file = File::open(path).with_context(|| format!("cannot open the recording {}", path.display()))?;
+    // onefix's own recordings are read as a stream; any other profile is read whole and told
+    // by its content.
+    let mut head = Vec::with_capacity(MAGIC.len());
+    (&mut file)
+        .take(MAGIC.len() as u64)
+        .read_to_end(&mut head)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if head.as_slice() != MAGIC.as_slice() {
+        let mut bytes = head;
+        file.read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+        let imported = onefix_import::import(&bytes).with_context(|| format!("cannot read {}", path.display()))?;
+        return report_imported(imported, &arg, &args, planned);
+    }
+    let loaded = read_recording(BufReader::new(std::io::Cursor::new(head).chain(file)))
+        .with_context(|| format!("cannot read {}", path.display()))?;
     if !loaded.complete {
         crate::messages::say(format_args!(
             "{} ends early (the profiler was stopped before it finished writing); reporting the {} samples it holds",
@@ -53,4 +76,38 @@ fn gate_exit(diagnosis: &onefix_diagnose::Diagnosis, args: &ReportArgs) -> ExitC
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// A profile recorded by another tool: its relative source files are looked for in the current
+/// directory, its user code guessed unless `--user-code` says, and what its format lacks is
+/// told to the diagnosis and said in the report's first note.
+fn report_imported(
+    mut imported: Imported,
+    source: &str,
+    args: &ReportArgs,
+    planned: outputs::Planned,
+) -> Result<ExitCode> {
+    let cwd = std::env::current_dir().ok();
+    let from = ImportedFrom { format: imported.format.name().to_owned(), source: source.to_owned() };
+    let profile = &mut imported.profile;
+    profile.attach(IMPORTED, &from);
+    if let Some(dir) = cwd.as_deref() {
+        onefix_import::resolve_sources(profile, dir);
+    }
+    profile.meta.user_code = onefix_import::guess_user_code(profile, cwd.as_deref());
+    // No base for relative names: one not found here (py-spy's `threading.py`) is not the user's.
+    profile.meta.target.cwd = None;
+    let mode = args.mode.map(Into::into).unwrap_or(profile.meta.mode);
+    profile.meta.mode = mode;
+    let lacks = imported.lacks;
+    let profile = &imported.profile;
+    let mut diagnosis = outputs::diagnose_with(profile, mode, &args.outputs, |o| {
+        o.timeline = !lacks.timeline;
+        o.partial_stacks = false;
+    });
+    if let Some(note) = imported.note() {
+        diagnosis.notes.insert(0, Note::Said(note));
+    }
+    outputs::write_all(profile, &diagnosis, mode, planned, true)?;
+    Ok(ExitCode::SUCCESS)
 }

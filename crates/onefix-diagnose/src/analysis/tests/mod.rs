@@ -481,3 +481,38 @@ fn write_app(tag: &str, source: &str) -> (std::path::PathBuf, String) {
 
 mod rules;
 mod waits;
+
+/// A profile imported from a format without sample times (pprof, folded stacks): every sample is
+/// at time 0. Told so, the diagnosis claims no recurrence, reads no critical path from samples
+/// that only look simultaneous, and takes stacks whole (none is torn or cut short).
+#[test]
+fn a_profile_without_sample_times_claims_no_recurrence_and_no_critical_path() {
+    let mut b = Builder::new();
+    for i in 0..300 {
+        b.add(1, 0, true, &[("<module>", "/app/main.py", 40), ("price", "/app/main.py", 12)]);
+        if i % 3 == 0 {
+            b.add(2, 0, true, &[("<module>", "/app/main.py", 40), ("total", "/app/main.py", 20)]);
+        }
+        if i % 10 == 0 {
+            // Not a start of a thread: torn, for onefix's own samplers.
+            b.add(1, 0, true, &[("encode", &format!("{LIB}/json/encoder.py"), 200)]);
+        }
+    }
+    let user = UserCode::new(["/app"], Some(Path::new("/app")));
+    let opts = Options { timeline: false, partial_stacks: false, ..Options::default() };
+    let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &opts);
+    let lines: Vec<u32> = d.findings.iter().map(|f| f.line).collect();
+    assert_eq!(lines, vec![12, 20], "{d:#?}");
+    for f in &d.findings {
+        assert_eq!(f.recurrence, None, "no windows to count");
+        assert_eq!(f.gain_basis, GainBasis::BusyShare, "no critical path without times");
+    }
+    assert!(!d.notes.iter().any(|n| matches!(n, Note::IncompleteStacks { .. })), "{:?}", d.notes);
+    assert_eq!(d.busy_weight, 430, "the stack that would be torn counts, outside the user's code");
+    assert_eq!(d.outside_user_weight, 30);
+    // Taken as onefix's own recording, the same samples read differently.
+    let own = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options::default());
+    assert_eq!(own.findings[0].recurrence, Some(1.0), "one window, every line in it");
+    assert!(own.notes.iter().any(|n| matches!(n, Note::IncompleteStacks { .. })), "{:?}", own.notes);
+    assert_eq!(own.busy_weight, 400);
+}
