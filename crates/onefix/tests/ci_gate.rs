@@ -398,7 +398,8 @@ fn the_gate_judges_two_recordings_made_under_load_by_their_loads() {
     std::fs::write(s.path("server.py"), SERVER).unwrap();
     let record = |name: &str, ms: u32| {
         let port = free_port();
-        let load = format!("http://127.0.0.1:{port}/work?ms={ms} --rate 40 -d 3s -c 4");
+        // Five one-second windows a run: enough for the test on a busy machine.
+        let load = format!("http://127.0.0.1:{port}/work?ms={ms} --rate 40 -d 5s -c 4");
         let out = onefix()
             .current_dir(&s.0)
             .args(["record", "--quiet", "-o", name, "--load", &load, "--", "python3", "server.py"])
