@@ -2,6 +2,11 @@
 //! the connections, a fixed schedule of due times (open loop) or back-to-back requests (closed
 //! loop), and a monitor that merges per-window histograms into the result.
 //!
+//! Each thread runs one task per *lane*: a request in flight at a time. Over HTTP/1.1 a lane
+//! is a connection of its own (plain TCP or TLS); over HTTP/2 the lanes of a connection are
+//! its streams, sharing one `h2` connection (`--streams` lanes per connection). The schedule,
+//! the counters and the latency from each due time are the same whatever the lane sends on.
+//!
 //! Open loop: request number `s` is due at `start + s / rate`, whatever the server's latency.
 //! A connection that is free takes the next request of its thread's share, waits for its due
 //! time (a timerfd on a 100 µs grid, so the send is not late by a millisecond timer tick, and
@@ -254,14 +259,13 @@ fn raise_fd_limit(connections: u64) {
 }
 
 struct Shared {
-    transport: Transport,
+    transport: Arc<Transport>,
     start_ns: u64,
     end_ns: Option<u64>,
     period_ns: Option<f64>,
     max: u64,
     /// Requests in flight at once over all threads: connections times streams.
     lanes: u64,
-    streams: u64,
     timeout: Duration,
     window_ns: u64,
     stop: Arc<AtomicBool>,
@@ -561,11 +565,84 @@ async fn ticker(local: Rc<Local>) {
     }
 }
 
-fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::Sender<Msg>) {
+/// What a worker has before the schedule is fixed: enough to open its connections.
+struct WorkerStart {
+    transport: Arc<Transport>,
+    protocol: Protocol,
+    timeout: Duration,
+    streams: u64,
+    slots: u64,
+    /// Says the connections are open; the schedule (the shared state) comes back.
+    ready: mpsc::Sender<usize>,
+    schedule: mpsc::Receiver<Arc<Shared>>,
+}
+
+/// The lanes of a thread. Over TLS or HTTP/2 their connections are opened before the schedule
+/// starts, as wrk and h2load do: a handshake costs milliseconds of CPU on both sides, and dozens
+/// of them at the first request's due time would delay the schedule by as much. (A plain TCP
+/// connect costs microseconds and is made by the first request.) Connections opened here are
+/// counted at once, as those a request opens are when it ends.
+async fn open_lanes(w: &WorkerStart, st: &mut ThreadStats) -> Vec<Lane> {
+    let t = &w.transport;
+    let warm = t.tls.is_some() || w.protocol == Protocol::Http2;
+    match w.protocol {
+        Protocol::Http2 => {
+            let conns: Vec<Rc<H2Conn>> = (0..w.slots / w.streams).map(|_| H2Conn::new()).collect();
+            if warm {
+                let opening: Vec<_> = conns
+                    .iter()
+                    .map(|c| {
+                        let (c, t, timeout) = (c.clone(), t.clone(), w.timeout);
+                        tokio::task::spawn_local(async move {
+                            let _ = tokio::time::timeout(timeout, c.open(t.plan.target.addr, t.tls.as_ref())).await;
+                        })
+                    })
+                    .collect();
+                for o in opening {
+                    let _ = o.await;
+                }
+                for c in &conns {
+                    Lane::Http2(c.clone()).harvest(st);
+                }
+            }
+            (0..w.slots).map(|i| Lane::Http2(conns[(i / w.streams) as usize].clone())).collect()
+        }
+        Protocol::Http1 if warm => {
+            let opening: Vec<_> = (0..w.slots)
+                .map(|_| {
+                    let (t, timeout) = (t.clone(), w.timeout);
+                    tokio::task::spawn_local(async move {
+                        tokio::time::timeout(timeout, Conn::connect(t.plan.target.addr, t.tls.as_ref()))
+                            .await
+                            .ok()?
+                            .ok()
+                    })
+                })
+                .collect();
+            let mut lanes = Vec::with_capacity(opening.len());
+            for o in opening {
+                let mut lane = Lane::Http1(o.await.ok().flatten());
+                lane.harvest(st);
+                lanes.push(lane);
+            }
+            lanes
+        }
+        Protocol::Http1 => (0..w.slots).map(|_| Lane::Http1(None)).collect(),
+    }
+}
+
+fn worker(w: WorkerStart, thread: usize, slot_base: u64, tx: mpsc::Sender<Msg>) {
     // Precise wake-ups for the schedule: no timer slack on this thread.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let set = tokio::task::LocalSet::new();
+    let mut warm_stats = ThreadStats::new(0);
+    let lanes = set.block_on(&rt, open_lanes(&w, &mut warm_stats));
+    let _ = w.ready.send(thread);
+    let Ok(sh) = w.schedule.recv() else { return };
+    let slots = w.slots;
+    warm_stats.end_ns = sh.start_ns;
     let local = Rc::new(Local {
         sh: sh.clone(),
         thread,
@@ -575,27 +652,14 @@ fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::
         stopping: Cell::new(false),
         inflight: Cell::new(0),
         window_index: Cell::new(0),
-        stats: RefCell::new(ThreadStats::new(sh.start_ns)),
+        stats: RefCell::new(warm_stats),
         win: RefCell::new(WindowAcc::new()),
         tx,
     });
-    let set = tokio::task::LocalSet::new();
     set.block_on(&rt, async {
         sleep_until_ns(sh.start_ns).await;
-        let streams = sh.streams;
-        let h2_conns: Vec<Rc<H2Conn>> = match sh.transport.protocol {
-            Protocol::Http2 => (0..slots / streams).map(|_| H2Conn::new()).collect(),
-            Protocol::Http1 => Vec::new(),
-        };
-        let mut handles: Vec<_> = (0..slots)
-            .map(|i| {
-                let lane = match sh.transport.protocol {
-                    Protocol::Http2 => Lane::Http2(h2_conns[(i / streams) as usize].clone()),
-                    Protocol::Http1 => Lane::Http1(None),
-                };
-                tokio::task::spawn_local(connection(local.clone(), lane))
-            })
-            .collect();
+        let mut handles: Vec<_> =
+            lanes.into_iter().map(|lane| tokio::task::spawn_local(connection(local.clone(), lane))).collect();
         let tick = tokio::task::spawn_local(ticker(local.clone()));
         let wait_all = async {
             for h in handles.iter_mut() {
@@ -651,6 +715,44 @@ fn run_plan(
     // Each lane may hold a timerfd, each connection a socket.
     raise_fd_limit(connections * streams);
     let window_ns = cfg.window.as_nanos() as u64;
+    let transport = Arc::new(transport);
+
+    // The workers open their connections (over TLS or HTTP/2), say they are ready, and are
+    // then given the schedule.
+    let (tx, rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut joins = Vec::new();
+    let mut schedules = Vec::new();
+    let mut base = 0u64;
+    for t in 0..threads {
+        // Threads share out whole connections; an HTTP/2 connection brings its streams.
+        let slots = streams * (connections / threads as u64 + u64::from((t as u64) < connections % threads as u64));
+        let (schedule_tx, schedule_rx) = mpsc::channel();
+        schedules.push(schedule_tx);
+        let start = WorkerStart {
+            transport: transport.clone(),
+            protocol,
+            timeout: cfg.timeout,
+            streams,
+            slots,
+            ready: ready_tx.clone(),
+            schedule: schedule_rx,
+        };
+        let tx = tx.clone();
+        let slot_base = base;
+        base += slots;
+        joins.push(
+            std::thread::Builder::new()
+                .name(format!("onefix-load-{t}"))
+                .spawn(move || worker(start, t, slot_base, tx))
+                .expect("spawn a load thread"),
+        );
+    }
+    drop((tx, ready_tx));
+    for _ in 0..threads {
+        let _ = ready_rx.recv();
+    }
+
     // Start a little ahead so that every thread is ready when the schedule begins.
     let start_ns = mono_ns() + 20_000_000;
     let sh = Arc::new(Shared {
@@ -660,31 +762,15 @@ fn run_plan(
         period_ns: cfg.rate.map(|r| 1e9 / r),
         max: cfg.max_requests.unwrap_or(u64::MAX),
         lanes: connections * streams,
-        streams,
         timeout: cfg.timeout,
         window_ns,
         stop,
         stop_ns: AtomicU64::new(0),
         closed_next: AtomicU64::new(0),
     });
-
-    let (tx, rx) = mpsc::channel();
-    let mut joins = Vec::new();
-    let mut base = 0u64;
-    for t in 0..threads {
-        // Threads share out whole connections; an HTTP/2 connection brings its streams.
-        let slots = streams * (connections / threads as u64 + u64::from((t as u64) < connections % threads as u64));
-        let (sh, tx) = (sh.clone(), tx.clone());
-        let slot_base = base;
-        base += slots;
-        joins.push(
-            std::thread::Builder::new()
-                .name(format!("onefix-load-{t}"))
-                .spawn(move || worker(sh, t, slot_base, slots, tx))
-                .expect("spawn a load thread"),
-        );
+    for s in schedules {
+        let _ = s.send(sh.clone());
     }
-    drop(tx);
 
     let mut done = vec![false; threads];
     let mut pending: BTreeMap<u64, PendingWindow> = BTreeMap::new();

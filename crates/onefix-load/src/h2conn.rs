@@ -98,6 +98,11 @@ impl H2Conn {
         matches!(*self.state.borrow(), State::Ready { .. })
     }
 
+    /// Opens the connection ahead of the first request.
+    pub async fn open(self: &Rc<Self>, addr: SocketAddr, tls: Option<&TlsClient>) -> Result<(), ErrorKind> {
+        self.sender(addr, tls).await.map(|_| ())
+    }
+
     /// A handle to send on: the open connection, or a new one.
     async fn sender(
         self: &Rc<Self>,
