@@ -48,7 +48,6 @@ http {
     access_log off;
     keepalive_requests 100000000;
     keepalive_timeout 120s;
-    http2_max_requests 100000000;
     ssl_certificate $work/cert.pem;
     ssl_certificate_key $work/key.pem;
     server { listen 127.0.0.1:$https_port ssl; location / { return 200 "Hello, world!"; } }

@@ -110,13 +110,14 @@ impl H2Conn {
         tls: Option<&TlsClient>,
     ) -> Result<(SendRequest<Bytes>, u64), ErrorKind> {
         loop {
-            let waiting = self.ready.notified();
             match &*self.state.borrow() {
                 State::Ready { sender, generation } => return Ok((sender.clone(), *generation)),
                 State::Connecting => {}
                 State::Idle => break,
             }
-            waiting.await;
+            // Another lane is opening the connection. (One thread: nothing changes the state
+            // between the check above and this registration.)
+            self.ready.notified().await;
         }
         *self.state.borrow_mut() = State::Connecting;
         let mut opening = Opening { conn: self, done: false };
@@ -189,7 +190,8 @@ impl H2Conn {
             let response = response.await.map_err(|e| classify_h2(&e))?;
             let status = response.status().as_u16();
             let mut body = response.into_body();
-            while let Some(chunk) = body.data().await {
+            while !body.is_end_stream() {
+                let Some(chunk) = body.data().await else { break };
                 let chunk = chunk.map_err(|e| classify_h2(&e))?;
                 let _ = body.flow_control().release_capacity(chunk.len());
             }
