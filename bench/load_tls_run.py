@@ -110,7 +110,7 @@ def main():
     }
     if OHA:
         gens["oha --insecure (1 tokio thread)"] = lambda: run_oha(https)
-    compare("HTTPS (HTTP/1.1 over TLS 1.3), closed loop, nginx 1 worker", gens)
+    compare("HTTPS (HTTP/1.1 over TLS), closed loop, nginx 1 worker", gens)
 
     gens = {
         f"h2load -t1 -c{H2_CONNS} -m{H2_STREAMS} (p50 column: mean)": lambda: run_h2load(h2),
