@@ -29,9 +29,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A self-signed certificate for 127.0.0.1 and localhost.
+# A self-signed certificate for 127.0.0.1 and localhost (a leaf: webpki refuses a CA certificate
+# served as the server's own).
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=localhost \
-    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
+    -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" -addext "basicConstraints=critical,CA:FALSE" -keyout "$work/key.pem" -out "$work/cert.pem" 2>/dev/null
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 https_port=$(free_port)

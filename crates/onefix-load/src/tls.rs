@@ -309,7 +309,7 @@ fn explain_handshake_error(e: &io::Error, where_: &str, opts: &TlsOptions, want:
     let inner = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
     match inner {
         Some(rustls::Error::InvalidCertificate(why)) => {
-            let why = format!("{why:?}").to_lowercase();
+            let why = describe_certificate_error(why);
             let fix = if opts.cacert.is_some() {
                 "check that --cacert holds the CA that signed it, or pass --insecure for a test server"
             } else {
@@ -338,5 +338,22 @@ fn explain_handshake_error(e: &io::Error, where_: &str, opts: &TlsOptions, want:
              (use http:// for a plain server)"
         ),
         None => format!("the TLS handshake with {where_} failed: {}", e.to_string().to_lowercase()),
+    }
+}
+
+/// Why a certificate does not verify, in words.
+fn describe_certificate_error(e: &rustls::CertificateError) -> String {
+    use rustls::CertificateError as C;
+    match e {
+        C::UnknownIssuer => "it is signed by an authority that is not trusted".into(),
+        C::NotValidForName | C::NotValidForNameContext { .. } => "it is not issued for this host name".into(),
+        C::Expired | C::ExpiredContext { .. } => "it has expired".into(),
+        C::NotValidYet | C::NotValidYetContext { .. } => "it is not valid yet".into(),
+        C::BadSignature => "its signature does not verify".into(),
+        C::Revoked => "it has been revoked".into(),
+        C::Other(other) if format!("{other:?}").contains("CaUsedAsEndEntity") => {
+            "it is a CA certificate served as the server's own; serve a certificate signed by that CA".into()
+        }
+        other => format!("{other}").to_lowercase(),
     }
 }

@@ -84,6 +84,7 @@ fn a_self_signed_server_is_refused_without_insecure_and_loaded_with_it() {
     cfg.max_requests = Some(100);
     let e = refusal(&cfg);
     assert!(e.contains("127.0.0.1") && e.contains("does not verify"), "{e}");
+    assert!(e.contains("signed by an authority that is not trusted"), "{e}");
     assert!(e.contains("--cacert") && e.contains("--insecure"), "{e}");
     // Nothing was sent: the probe said it first.
     assert_eq!(server.requests.load(Ordering::Relaxed), 0);
