@@ -73,7 +73,7 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The roots a certificate must chain to: `--cacert`'s, or the system's store.
-fn roots(opts: &TlsOptions, host: &str) -> Result<RootCertStore, LoadError> {
+fn roots(opts: &TlsOptions) -> Result<RootCertStore, LoadError> {
     let mut store = RootCertStore::empty();
     match &opts.cacert {
         Some(path) => {
@@ -103,12 +103,8 @@ fn roots(opts: &TlsOptions, host: &str) -> Result<RootCertStore, LoadError> {
                 // One unreadable certificate in the store does not stop the others.
                 let _ = store.add(c);
             }
-            if store.is_empty() {
-                return Err(LoadError::Input(format!(
-                    "no trusted certificates were found on this system to check {host}: install ca-certificates, \
-                     or pass --cacert FILE (or --insecure for a test server)"
-                )));
-            }
+            // An empty store is not refused here: the handshake then fails as "not trusted", and
+            // the sentence about it says that this system trusts no authority at all.
         }
     }
     Ok(store)
@@ -132,7 +128,7 @@ impl TlsClient {
                 .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider())))
                 .with_no_client_auth()
         } else {
-            builder.with_root_certificates(roots(opts, host)?).with_no_client_auth()
+            builder.with_root_certificates(roots(opts)?).with_no_client_auth()
         };
         config.alpn_protocols = alpn.iter().map(|p| p.alpn().to_vec()).collect();
         // Session tickets (the default in-memory store of 256 servers) let a reconnect resume.
@@ -312,6 +308,9 @@ fn explain_handshake_error(e: &io::Error, where_: &str, opts: &TlsOptions, want:
             let why = describe_certificate_error(why);
             let fix = if opts.cacert.is_some() {
                 "check that --cacert holds the CA that signed it, or pass --insecure for a test server"
+            } else if rustls_native_certs::load_native_certs().certs.is_empty() {
+                "this system trusts no certificate authority (install ca-certificates), so pass the CA that \
+                 signed it with --cacert FILE, or --insecure for a self-signed test server"
             } else {
                 "pass the CA that signed it with --cacert FILE, or --insecure for a self-signed test server"
             };
