@@ -166,38 +166,36 @@ impl H2Conn {
         request: Request<()>,
         body: Option<Bytes>,
     ) -> Result<u16, ErrorKind> {
-        let mut request = Some(request);
-        for attempt in 0..2 {
+        let mut retried = false;
+        let (mut sender, generation) = loop {
             let (sender, generation) = self.sender(addr, tls).await?;
-            let mut sender = match sender.ready().await {
-                Ok(s) => s,
+            match sender.ready().await {
+                Ok(s) => break (s, generation),
                 Err(e) => {
                     self.closed(generation);
-                    if attempt == 0 {
-                        continue;
+                    if retried {
+                        return Err(classify_h2(&e));
                     }
-                    return Err(classify_h2(&e));
+                    retried = true;
                 }
-            };
-            let req = request.take().expect("sent once");
-            let (response, mut send) = sender.send_request(req, body.is_none()).map_err(|e| {
-                self.closed(generation);
-                classify_h2(&e)
-            })?;
-            if let Some(b) = body {
-                send.send_data(b, true).map_err(|e| classify_h2(&e))?;
             }
-            let response = response.await.map_err(|e| classify_h2(&e))?;
-            let status = response.status().as_u16();
-            let mut body = response.into_body();
-            while !body.is_end_stream() {
-                let Some(chunk) = body.data().await else { break };
-                let chunk = chunk.map_err(|e| classify_h2(&e))?;
-                let _ = body.flow_control().release_capacity(chunk.len());
-            }
-            return Ok(status);
+        };
+        let (response, mut send) = sender.send_request(request, body.is_none()).map_err(|e| {
+            self.closed(generation);
+            classify_h2(&e)
+        })?;
+        if let Some(b) = body {
+            send.send_data(b, true).map_err(|e| classify_h2(&e))?;
         }
-        unreachable!("the second attempt returns")
+        let response = response.await.map_err(|e| classify_h2(&e))?;
+        let status = response.status().as_u16();
+        let mut body = response.into_body();
+        while !body.is_end_stream() {
+            let Some(chunk) = body.data().await else { break };
+            let chunk = chunk.map_err(|e| classify_h2(&e))?;
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        Ok(status)
     }
 }
 
