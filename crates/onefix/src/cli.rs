@@ -472,6 +472,10 @@ mod tests {
         let err = parse_load_spec("http://127.0.0.1:9/ --rate fast").unwrap_err();
         assert!(err.starts_with("in the load: ") && !err.contains('\n'), "{err}");
         assert!(parse_load_spec("'http://127.0.0.1:9/").is_err());
+        let tls = parse_load_spec("https://127.0.0.1:9/ -k --http2 --streams 8 --cacert ca.pem").unwrap();
+        assert!(tls.0.insecure && tls.0.http2 && !tls.0.http1 && tls.0.streams == 8);
+        assert_eq!(tls.0.cacert.as_deref(), Some(std::path::Path::new("ca.pem")));
+        assert!(parse_load_spec("https://127.0.0.1:9/ --http2 --http1.1").unwrap_err().contains("cannot be used with"));
         assert_eq!(parse_rate("1000"), Ok(1000.0));
         assert_eq!(parse_bytes("512k"), Ok(512 * 1024));
         assert_eq!(parse_bytes("1MiB"), Ok(1 << 20));
