@@ -224,6 +224,13 @@ pub fn run(
         let want = if cfg.request.keep_alive { cfg.protocol } else { Some(Protocol::Http1) };
         tls::probe(&cfg.tls, &t.host, t.addr, want, limit)?.protocol
     };
+    if cfg.streams > 1 && protocol == Protocol::Http1 && !t.tls {
+        return Err(LoadError::Input(
+            "--streams sends several requests at once on a connection, which only HTTP/2 can: add --http2 to \
+             send h2c to a plain http:// server"
+                .into(),
+        ));
+    }
     if cfg.streams > 1 && protocol == Protocol::Http1 {
         return Err(LoadError::Input(format!(
             "{} chose HTTP/1.1 in ALPN, which sends one request at a time on a connection: drop --streams, or \

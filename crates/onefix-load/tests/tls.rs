@@ -256,6 +256,14 @@ fn bad_options_are_refused_before_connecting() {
     assert!(
         matches!(run(&cfg, Arc::new(AtomicBool::new(false)), &mut |_| {}), Err(LoadError::Input(e)) if e.contains("--streams"))
     );
+    // Over plain http there is no ALPN: streams need --http2 (h2c).
+    let plain = support::ok_server();
+    let mut h2c = config(&plain.url("/"));
+    h2c.max_requests = Some(1);
+    h2c.streams = 4;
+    assert!(
+        matches!(run(&h2c, Arc::new(AtomicBool::new(false)), &mut |_| {}), Err(LoadError::Input(e)) if e.contains("add --http2"))
+    );
     cfg.streams = 1;
     cfg.protocol = Some(Protocol::Http2);
     cfg.request.keep_alive = false;
