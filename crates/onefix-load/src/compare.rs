@@ -74,6 +74,13 @@ pub fn render(c: &Comparison, a: &LoadResult, b: &LoadResult, name_a: &str, name
     row("", format!("A: {name_a}"), format!("B: {name_b}"));
     row("load", mode(a), mode(b));
     row("connections", a.connections.to_string(), b.connections.to_string());
+    let protocol = |r: &LoadResult| {
+        let streams = if r.streams > 1 { format!(", {} streams", r.streams) } else { String::new() };
+        format!("{}{}{streams}", r.protocol, if r.tls.is_some() { " over TLS" } else { "" })
+    };
+    if a.protocol != b.protocol || a.tls.is_some() || b.tls.is_some() || a.streams != b.streams {
+        row("protocol", protocol(a), protocol(b));
+    }
     row("completed", a.completed.to_string(), b.completed.to_string());
     row("errors", a.errors.total.to_string(), b.errors.total.to_string());
     row("throughput", fmt_rate(a.achieved_rps), fmt_rate(b.achieved_rps));
@@ -105,6 +112,9 @@ pub fn render(c: &Comparison, a: &LoadResult, b: &LoadResult, name_a: &str, name
         s,
         "  (per-window means; Welch's t-test on their logarithms, 95% bootstrap interval; speedup above 1 means B is faster)"
     );
+    if a.protocol != b.protocol || a.tls.is_some() != b.tls.is_some() {
+        let _ = writeln!(s, "  note: A and B were sent in different protocols; the comparison may not be fair");
+    }
     if a.target_rps.is_some() != b.target_rps.is_some() || a.target_rps != b.target_rps {
         let _ = writeln!(s, "  note: A and B ran under different loads; the comparison may not be fair");
     }
@@ -186,6 +196,10 @@ mod tests {
             },
             service_time_ms: LatencySummary::default(),
             windows,
+            protocol: "HTTP/1.1".into(),
+            streams: 1,
+            tls: None,
+            latency_histogram: Vec::new(),
         }
     }
 

@@ -2,6 +2,11 @@
 //! the connections, a fixed schedule of due times (open loop) or back-to-back requests (closed
 //! loop), and a monitor that merges per-window histograms into the result.
 //!
+//! Each thread runs one task per *lane*: a request in flight at a time. Over HTTP/1.1 a lane
+//! is a connection of its own (plain TCP or TLS); over HTTP/2 the lanes of a connection are
+//! its streams, sharing one `h2` connection (`--streams` lanes per connection). The schedule,
+//! the counters and the latency from each due time are the same whatever the lane sends on.
+//!
 //! Open loop: request number `s` is due at `start + s / rate`, whatever the server's latency.
 //! A connection that is free takes the next request of its thread's share, waits for its due
 //! time (a timerfd on a 100 µs grid, so the send is not late by a millisecond timer tick, and
@@ -20,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use crate::h2conn::{H2Conn, H2Requests};
 use crate::http::{Conn, Response};
-use crate::request::{RequestPlan, RequestSpec};
-use crate::stats::{self, Counters, ErrorKind, LoadResult, Window};
+use crate::request::{RequestParts, RequestPlan, RequestSpec};
+use crate::stats::{self, Counters, ErrorKind, LoadResult, TlsSummary, Window};
 use crate::timer::{sleep_until_ns, PreciseTimer};
+use crate::tls::{self, Protocol, TlsClient, TlsOptions};
 use crate::LoadError;
 
 /// Connections wake on a grid of this step, a little before their requests' due times: the
@@ -45,6 +52,13 @@ pub struct LoadConfig {
     /// Stop after this many requests.
     pub max_requests: Option<u64>,
     pub connections: usize,
+    /// Requests in flight at once on each HTTP/2 connection (its streams); 1 for HTTP/1.1.
+    pub streams: usize,
+    /// The protocol asked for; `None` takes HTTP/2 over https when the server offers it in
+    /// ALPN, and HTTP/1.1 otherwise. HTTP/2 over http:// is h2c with prior knowledge.
+    pub protocol: Option<Protocol>,
+    /// How to trust an https server.
+    pub tls: TlsOptions,
     /// Worker threads; 0 picks one per CPU (never more than the connections).
     pub threads: usize,
     /// Limit on each request, connecting included.
@@ -68,6 +82,9 @@ impl LoadConfig {
             duration: Some(Duration::from_secs(10)),
             max_requests: None,
             connections: 32,
+            streams: 1,
+            protocol: None,
+            tls: TlsOptions::default(),
             threads: 0,
             timeout: Duration::from_secs(10),
             window: Duration::from_secs(1),
@@ -98,6 +115,21 @@ impl LoadConfig {
                 "the connections must be between 1 and 100000, not {}",
                 self.connections
             )));
+        }
+        if self.streams == 0 || self.streams > 1000 {
+            return Err(LoadError::Input(format!("the streams must be between 1 and 1000, not {}", self.streams)));
+        }
+        if self.streams > 1 && self.protocol == Some(Protocol::Http1) {
+            return Err(LoadError::Input(
+                "--streams sends several requests at once on a connection, which only HTTP/2 can: drop --http1.1"
+                    .into(),
+            ));
+        }
+        if !self.request.keep_alive && self.protocol == Some(Protocol::Http2) {
+            return Err(LoadError::Input(
+                "a new connection per request is an HTTP/1.1 measure: drop --http2 or --new-connection-per-request"
+                    .into(),
+            ));
         }
         if self.timeout.is_zero() {
             return Err(LoadError::Input("the timeout must be positive".into()));
@@ -182,8 +214,41 @@ pub fn run(
 ) -> Result<LoadResult, LoadError> {
     cfg.check()?;
     let plan = RequestPlan::compile(&cfg.request)?;
-    check_reachable(plan.target.addr, cfg.timeout.min(Duration::from_secs(5)))?;
-    Ok(run_plan(cfg, plan, stop, on_window))
+    let limit = cfg.timeout.min(Duration::from_secs(5));
+    check_reachable(plan.target.addr, limit)?;
+    let t = &plan.target;
+    let protocol = if !t.tls {
+        cfg.protocol.unwrap_or(Protocol::Http1)
+    } else {
+        // A new connection per request is measured over HTTP/1.1, as that is what it is for.
+        let want = if cfg.request.keep_alive { cfg.protocol } else { Some(Protocol::Http1) };
+        tls::probe(&cfg.tls, &t.host, t.addr, want, limit)?.protocol
+    };
+    if cfg.streams > 1 && protocol == Protocol::Http1 && !t.tls {
+        return Err(LoadError::Input(
+            "--streams sends several requests at once on a connection, which only HTTP/2 can: add --http2 to \
+             send h2c to a plain http:// server"
+                .into(),
+        ));
+    }
+    if cfg.streams > 1 && protocol == Protocol::Http1 {
+        return Err(LoadError::Input(format!(
+            "{} chose HTTP/1.1 in ALPN, which sends one request at a time on a connection: drop --streams, or \
+             enable HTTP/2 on the server",
+            t.host
+        )));
+    }
+    let tls = if t.tls { Some(TlsClient::new(&cfg.tls, &t.host, &[protocol])?) } else { None };
+    let h2 = if protocol == Protocol::Http2 { Some(H2Requests::new(&plan)?) } else { None };
+    Ok(run_plan(cfg, Transport { plan, protocol, tls, h2 }, stop, on_window))
+}
+
+/// The request and how it travels: the protocol, TLS, and HTTP/2's form of the request.
+struct Transport {
+    plan: RequestPlan,
+    protocol: Protocol,
+    tls: Option<TlsClient>,
+    h2: Option<H2Requests>,
 }
 
 /// Each connection needs a socket and, in the open loop, a timerfd: lift the soft limit on open
@@ -201,12 +266,13 @@ fn raise_fd_limit(connections: u64) {
 }
 
 struct Shared {
-    plan: RequestPlan,
+    transport: Arc<Transport>,
     start_ns: u64,
     end_ns: Option<u64>,
     period_ns: Option<f64>,
     max: u64,
-    connections: u64,
+    /// Requests in flight at once over all threads: connections times streams.
+    lanes: u64,
     timeout: Duration,
     window_ns: u64,
     stop: Arc<AtomicBool>,
@@ -231,7 +297,26 @@ struct ThreadStats {
     c: Counters,
     corrected: Histogram<u64>,
     service: Histogram<u64>,
+    handshake: Histogram<u64>,
     end_ns: u64,
+}
+
+impl ThreadStats {
+    fn new(end_ns: u64) -> ThreadStats {
+        ThreadStats {
+            c: Counters::default(),
+            corrected: stats::new_histogram(),
+            service: stats::new_histogram(),
+            handshake: stats::new_histogram(),
+            end_ns,
+        }
+    }
+
+    fn count_handshake(&mut self, h: tls::Handshake) {
+        self.c.handshakes += 1;
+        self.c.resumed += u64::from(h.resumed);
+        self.handshake.saturating_record(h.micros);
+    }
 }
 
 enum Msg {
@@ -264,7 +349,7 @@ impl Local {
         match sh.period_ns {
             Some(period) => {
                 let m = self.next.get();
-                let seq = self.slot_base + m % self.slots + sh.connections * (m / self.slots);
+                let seq = self.slot_base + m % self.slots + sh.lanes * (m / self.slots);
                 if seq >= sh.max {
                     return None;
                 }
@@ -301,25 +386,63 @@ impl Local {
 /// Connects when needed, then sends one request and reads its response.
 /// A kept-alive connection the server closed while it was idle is replaced, and the request
 /// sent again once, as browsers and HTTP libraries do.
-async fn exchange(conn: &mut Option<Conn>, addr: SocketAddr, req: &[u8], head: bool) -> Result<Response, ErrorKind> {
+async fn exchange(
+    conn: &mut Option<Conn>,
+    addr: SocketAddr,
+    tls: Option<&TlsClient>,
+    req: &[u8],
+    head: bool,
+) -> Result<Response, ErrorKind> {
     if let Some(c) = conn.as_mut() {
         match c.round_trip(req, head).await {
             Err(ErrorKind::Closed) if c.went_stale() => *conn = None,
             other => return other,
         }
     }
-    let c = conn.insert(Conn::connect(addr).await?);
+    let c = conn.insert(Conn::connect(addr, tls).await?);
     c.round_trip(req, head).await
 }
 
-async fn connection(local: Rc<Local>) {
+/// What a lane sends on: its own HTTP/1.1 connection, or a stream of a shared HTTP/2 one.
+enum Lane {
+    Http1(Option<Conn>),
+    Http2(Rc<H2Conn>),
+}
+
+impl Lane {
+    /// Moves what the connection measured since the last call into the thread's counters.
+    fn harvest(&mut self, st: &mut ThreadStats) {
+        match self {
+            Lane::Http1(Some(c)) => {
+                st.c.bytes_received += std::mem::take(&mut c.bytes_in);
+                st.c.connections_opened += std::mem::take(&mut c.uncounted) as u64;
+                if let Some(h) = c.handshake.take() {
+                    st.count_handshake(h);
+                }
+            }
+            Lane::Http1(None) => {}
+            Lane::Http2(h2) => {
+                st.c.bytes_received += h2.bytes_in.replace(0);
+                st.c.bytes_sent += h2.bytes_out.replace(0);
+                st.c.connections_opened += h2.opened.replace(0);
+                for h in h2.handshakes.borrow_mut().drain(..) {
+                    st.count_handshake(h);
+                }
+            }
+        }
+    }
+}
+
+async fn connection(local: Rc<Local>, mut lane: Lane) {
     let sh = local.sh.clone();
-    let plan = &sh.plan;
+    let transport = &sh.transport;
+    let plan = &transport.plan;
+    let tls = transport.tls.as_ref();
     let head = plan.is_head();
     let open = sh.period_ns.is_some();
-    let mut conn: Option<Conn> = None;
     let mut ctx = plan.new_ctx();
     let mut buf = Vec::with_capacity(512);
+    let mut parts = RequestParts::default();
     let timer = if open { PreciseTimer::new().ok() } else { None };
     let deadline = tokio::time::sleep(sh.timeout);
     tokio::pin!(deadline);
@@ -336,41 +459,64 @@ async fn connection(local: Rc<Local>) {
                 break;
             }
         }
-        let req: &[u8] = match &plan.fixed {
-            Some(fixed) => fixed,
-            None => {
-                plan.render_into(&mut ctx, seq, &mut buf);
-                &buf
+        let sent_ns;
+        let outcome = match &mut lane {
+            Lane::Http1(conn) => {
+                let req: &[u8] = match &plan.fixed {
+                    Some(fixed) => fixed,
+                    None => {
+                        plan.render_into(&mut ctx, seq, &mut buf);
+                        &buf
+                    }
+                };
+                sent_ns = mono_ns();
+                {
+                    let mut st = local.stats.borrow_mut();
+                    st.c.sent += 1;
+                    st.c.bytes_sent += req.len() as u64;
+                    local.win.borrow_mut().sent += 1;
+                }
+                local.inflight.set(local.inflight.get() + 1);
+                deadline.as_mut().reset(tokio::time::Instant::now() + sh.timeout);
+                tokio::select! {
+                    biased;
+                    r = exchange(conn, plan.target.addr, tls, req, head) => r,
+                    _ = &mut deadline => Err(if conn.is_none() { ErrorKind::ConnectTimeout } else { ErrorKind::Timeout }),
+                }
             }
-        };
-        let sent_ns = mono_ns();
-        {
-            let mut st = local.stats.borrow_mut();
-            st.c.sent += 1;
-            st.c.bytes_sent += req.len() as u64;
-            local.win.borrow_mut().sent += 1;
-        }
-        local.inflight.set(local.inflight.get() + 1);
-        deadline.as_mut().reset(tokio::time::Instant::now() + sh.timeout);
-        let outcome = tokio::select! {
-            biased;
-            r = exchange(&mut conn, plan.target.addr, req, head) => r,
-            _ = &mut deadline => Err(if conn.is_none() { ErrorKind::ConnectTimeout } else { ErrorKind::Timeout }),
+            Lane::Http2(h2) => {
+                let h2_requests = transport.h2.as_ref().expect("HTTP/2 requests are built for HTTP/2 lanes");
+                let request = h2_requests.request(plan, &mut ctx, seq, &mut parts);
+                sent_ns = mono_ns();
+                {
+                    local.stats.borrow_mut().c.sent += 1;
+                    local.win.borrow_mut().sent += 1;
+                }
+                local.inflight.set(local.inflight.get() + 1);
+                deadline.as_mut().reset(tokio::time::Instant::now() + sh.timeout);
+                match request {
+                    Err(kind) => Err(kind),
+                    Ok((req, body)) => tokio::select! {
+                        biased;
+                        r = h2.round_trip(plan.target.addr, tls, req, body) => r.map(|status| Response { status, keep_alive: true }),
+                        _ = &mut deadline => Err(if h2.is_open() { ErrorKind::Timeout } else { ErrorKind::ConnectTimeout }),
+                    },
+                }
+            }
         };
         local.inflight.set(local.inflight.get() - 1);
         let done_ns = mono_ns();
         let back_off = {
             let mut st = local.stats.borrow_mut();
             let mut win = local.win.borrow_mut();
-            if let Some(c) = conn.as_mut() {
-                st.c.bytes_received += std::mem::take(&mut c.bytes_in);
-                st.c.connections_opened += std::mem::take(&mut c.uncounted) as u64;
-            }
+            lane.harvest(&mut st);
             st.end_ns = done_ns;
             match outcome {
                 Ok(resp) => {
                     if !resp.keep_alive || !plan.keep_alive {
-                        conn = None;
+                        if let Lane::Http1(conn) = &mut lane {
+                            *conn = None;
+                        }
                     }
                     *st.c.status_codes.entry(resp.status).or_default() += 1;
                     if resp.status >= 400 {
@@ -389,10 +535,14 @@ async fn connection(local: Rc<Local>) {
                     false
                 }
                 Err(kind) => {
-                    conn = None;
+                    // An HTTP/2 connection carries other streams: it is replaced only when
+                    // it ends, not when one of its requests fails.
+                    if let Lane::Http1(conn) = &mut lane {
+                        *conn = None;
+                    }
                     st.c.error(kind);
                     win.errors += 1;
-                    kind.is_connect() && !open
+                    (kind.is_connect() || kind == ErrorKind::Tls) && !open
                 }
             }
         };
@@ -422,11 +572,84 @@ async fn ticker(local: Rc<Local>) {
     }
 }
 
-fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::Sender<Msg>) {
+/// What a worker has before the schedule is fixed: enough to open its connections.
+struct WorkerStart {
+    transport: Arc<Transport>,
+    protocol: Protocol,
+    timeout: Duration,
+    streams: u64,
+    slots: u64,
+    /// Says the connections are open; the schedule (the shared state) comes back.
+    ready: mpsc::Sender<usize>,
+    schedule: mpsc::Receiver<Arc<Shared>>,
+}
+
+/// The lanes of a thread. Over TLS or HTTP/2 their connections are opened before the schedule
+/// starts, as wrk and h2load do: a handshake costs milliseconds of CPU on both sides, and dozens
+/// of them at the first request's due time would delay the schedule by as much. (A plain TCP
+/// connect costs microseconds and is made by the first request.) Connections opened here are
+/// counted at once, as those a request opens are when it ends.
+async fn open_lanes(w: &WorkerStart, st: &mut ThreadStats) -> Vec<Lane> {
+    let t = &w.transport;
+    let warm = t.tls.is_some() || w.protocol == Protocol::Http2;
+    match w.protocol {
+        Protocol::Http2 => {
+            let conns: Vec<Rc<H2Conn>> = (0..w.slots / w.streams).map(|_| H2Conn::new()).collect();
+            if warm {
+                let opening: Vec<_> = conns
+                    .iter()
+                    .map(|c| {
+                        let (c, t, timeout) = (c.clone(), t.clone(), w.timeout);
+                        tokio::task::spawn_local(async move {
+                            let _ = tokio::time::timeout(timeout, c.open(t.plan.target.addr, t.tls.as_ref())).await;
+                        })
+                    })
+                    .collect();
+                for o in opening {
+                    let _ = o.await;
+                }
+                for c in &conns {
+                    Lane::Http2(c.clone()).harvest(st);
+                }
+            }
+            (0..w.slots).map(|i| Lane::Http2(conns[(i / w.streams) as usize].clone())).collect()
+        }
+        Protocol::Http1 if warm => {
+            let opening: Vec<_> = (0..w.slots)
+                .map(|_| {
+                    let (t, timeout) = (t.clone(), w.timeout);
+                    tokio::task::spawn_local(async move {
+                        tokio::time::timeout(timeout, Conn::connect(t.plan.target.addr, t.tls.as_ref()))
+                            .await
+                            .ok()?
+                            .ok()
+                    })
+                })
+                .collect();
+            let mut lanes = Vec::with_capacity(opening.len());
+            for o in opening {
+                let mut lane = Lane::Http1(o.await.ok().flatten());
+                lane.harvest(st);
+                lanes.push(lane);
+            }
+            lanes
+        }
+        Protocol::Http1 => (0..w.slots).map(|_| Lane::Http1(None)).collect(),
+    }
+}
+
+fn worker(w: WorkerStart, thread: usize, slot_base: u64, tx: mpsc::Sender<Msg>) {
     // Precise wake-ups for the schedule: no timer slack on this thread.
     // SAFETY: prctl with an integer argument.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let set = tokio::task::LocalSet::new();
+    let mut warm_stats = ThreadStats::new(0);
+    let lanes = set.block_on(&rt, open_lanes(&w, &mut warm_stats));
+    let _ = w.ready.send(thread);
+    let Ok(sh) = w.schedule.recv() else { return };
+    let slots = w.slots;
+    warm_stats.end_ns = sh.start_ns;
     let local = Rc::new(Local {
         sh: sh.clone(),
         thread,
@@ -436,19 +659,14 @@ fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::
         stopping: Cell::new(false),
         inflight: Cell::new(0),
         window_index: Cell::new(0),
-        stats: RefCell::new(ThreadStats {
-            c: Counters::default(),
-            corrected: stats::new_histogram(),
-            service: stats::new_histogram(),
-            end_ns: sh.start_ns,
-        }),
+        stats: RefCell::new(warm_stats),
         win: RefCell::new(WindowAcc::new()),
         tx,
     });
-    let set = tokio::task::LocalSet::new();
     set.block_on(&rt, async {
         sleep_until_ns(sh.start_ns).await;
-        let mut handles: Vec<_> = (0..slots).map(|_| tokio::task::spawn_local(connection(local.clone()))).collect();
+        let mut handles: Vec<_> =
+            lanes.into_iter().map(|lane| tokio::task::spawn_local(connection(local.clone(), lane))).collect();
         let tick = tokio::task::spawn_local(ticker(local.clone()));
         let wait_all = async {
             for h in handles.iter_mut() {
@@ -479,15 +697,7 @@ fn worker(sh: Arc<Shared>, thread: usize, slot_base: u64, slots: u64, tx: mpsc::
     local.flush_window(now.saturating_sub(window_start).max(1));
     let mut st = local.stats.borrow_mut();
     st.c.unfinished += local.inflight.get();
-    let stats = Box::new(std::mem::replace(
-        &mut *st,
-        ThreadStats {
-            c: Counters::default(),
-            corrected: stats::new_histogram(),
-            service: stats::new_histogram(),
-            end_ns: 0,
-        },
-    ));
+    let stats = Box::new(std::mem::replace(&mut *st, ThreadStats::new(0)));
     let _ = local.tx.send(Msg::Done { thread, stats });
 }
 
@@ -499,47 +709,75 @@ struct PendingWindow {
 
 fn run_plan(
     cfg: &LoadConfig,
-    plan: RequestPlan,
+    transport: Transport,
     stop: Arc<AtomicBool>,
     on_window: &mut dyn FnMut(&Progress),
 ) -> LoadResult {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = if cfg.threads == 0 { cpus } else { cfg.threads }.clamp(1, cfg.connections);
     let connections = cfg.connections as u64;
-    raise_fd_limit(connections);
+    let protocol = transport.protocol;
+    let tls_used = transport.tls.is_some();
+    let streams = if protocol == Protocol::Http2 { cfg.streams as u64 } else { 1 };
+    // Each lane may hold a timerfd, each connection a socket.
+    raise_fd_limit(connections * streams);
     let window_ns = cfg.window.as_nanos() as u64;
+    let transport = Arc::new(transport);
+
+    // The workers open their connections (over TLS or HTTP/2), say they are ready, and are
+    // then given the schedule.
+    let (tx, rx) = mpsc::channel();
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let mut joins = Vec::new();
+    let mut schedules = Vec::new();
+    let mut base = 0u64;
+    for t in 0..threads {
+        // Threads share out whole connections; an HTTP/2 connection brings its streams.
+        let slots = streams * (connections / threads as u64 + u64::from((t as u64) < connections % threads as u64));
+        let (schedule_tx, schedule_rx) = mpsc::channel();
+        schedules.push(schedule_tx);
+        let start = WorkerStart {
+            transport: transport.clone(),
+            protocol,
+            timeout: cfg.timeout,
+            streams,
+            slots,
+            ready: ready_tx.clone(),
+            schedule: schedule_rx,
+        };
+        let tx = tx.clone();
+        let slot_base = base;
+        base += slots;
+        joins.push(
+            std::thread::Builder::new()
+                .name(format!("onefix-load-{t}"))
+                .spawn(move || worker(start, t, slot_base, tx))
+                .expect("spawn a load thread"),
+        );
+    }
+    drop((tx, ready_tx));
+    for _ in 0..threads {
+        let _ = ready_rx.recv();
+    }
+
     // Start a little ahead so that every thread is ready when the schedule begins.
     let start_ns = mono_ns() + 20_000_000;
     let sh = Arc::new(Shared {
-        plan,
+        transport,
         start_ns,
         end_ns: cfg.duration.map(|d| start_ns + d.as_nanos() as u64),
         period_ns: cfg.rate.map(|r| 1e9 / r),
         max: cfg.max_requests.unwrap_or(u64::MAX),
-        connections,
+        lanes: connections * streams,
         timeout: cfg.timeout,
         window_ns,
         stop,
         stop_ns: AtomicU64::new(0),
         closed_next: AtomicU64::new(0),
     });
-
-    let (tx, rx) = mpsc::channel();
-    let mut joins = Vec::new();
-    let mut base = 0u64;
-    for t in 0..threads {
-        let slots = connections / threads as u64 + u64::from((t as u64) < connections % threads as u64);
-        let (sh, tx) = (sh.clone(), tx.clone());
-        let slot_base = base;
-        base += slots;
-        joins.push(
-            std::thread::Builder::new()
-                .name(format!("onefix-load-{t}"))
-                .spawn(move || worker(sh, t, slot_base, slots, tx))
-                .expect("spawn a load thread"),
-        );
+    for s in schedules {
+        let _ = s.send(sh.clone());
     }
-    drop(tx);
 
     let mut done = vec![false; threads];
     let mut pending: BTreeMap<u64, PendingWindow> = BTreeMap::new();
@@ -600,11 +838,13 @@ fn run_plan(
     let mut c = Counters::default();
     let mut corrected = stats::new_histogram();
     let mut service = stats::new_histogram();
+    let mut handshake = stats::new_histogram();
     let mut end_ns = start_ns;
     for s in &thread_stats {
         c.merge(&s.c);
         let _ = corrected.add(&s.corrected);
         let _ = service.add(&s.service);
+        let _ = handshake.add(&s.handshake);
         end_ns = end_ns.max(s.end_ns);
     }
     let mut elapsed_ns = end_ns - start_ns;
@@ -659,5 +899,13 @@ fn run_plan(
         latency_ms: stats::summarize(&corrected),
         service_time_ms: stats::summarize(&service),
         windows,
+        protocol: protocol.name().to_string(),
+        streams,
+        tls: tls_used.then(|| TlsSummary {
+            handshakes: c.handshakes,
+            resumed: c.resumed,
+            handshake_ms: stats::summarize(&handshake),
+        }),
+        latency_histogram: stats::histogram_buckets(&corrected),
     }
 }

@@ -1,4 +1,4 @@
-//! A lean HTTP/1.1 client connection: write a request, read one response (Content-Length,
+//! A lean HTTP/1.1 client connection (over plain TCP or TLS): write a request, read one response (Content-Length,
 //! chunked, or until close), classify what went wrong. One request in flight per connection.
 
 use std::io;
@@ -8,6 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::stats::ErrorKind;
+use crate::tls::{Handshake, Stream, TlsClient};
 
 const INITIAL_BUF: usize = 16 * 1024;
 const MAX_HEAD: usize = 1024 * 1024;
@@ -22,7 +23,7 @@ pub struct Response {
 }
 
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     filled: usize,
     /// Bytes read from the server on this connection.
@@ -33,6 +34,21 @@ pub struct Conn {
     served: u64,
     /// Not yet counted among the connections the run opened.
     pub uncounted: bool,
+    /// The TLS handshake of this connection, until the run has counted it.
+    pub handshake: Option<Handshake>,
+}
+
+/// Opens a TCP connection, and runs the TLS handshake on it for HTTPS.
+pub async fn open_stream(addr: SocketAddr, tls: Option<&TlsClient>) -> Result<(Stream, Option<Handshake>), ErrorKind> {
+    let tcp = TcpStream::connect(addr).await.map_err(|e| classify_connect(&e))?;
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        None => Ok((Stream::Plain(tcp), None)),
+        Some(client) => {
+            let (stream, handshake) = client.handshake(tcp).await?;
+            Ok((stream, Some(handshake)))
+        }
+    }
 }
 
 fn classify_connect(e: &io::Error) -> ErrorKind {
@@ -43,7 +59,7 @@ fn classify_connect(e: &io::Error) -> ErrorKind {
     }
 }
 
-fn classify_io(e: &io::Error) -> ErrorKind {
+pub(crate) fn classify_io(e: &io::Error) -> ErrorKind {
     match e.kind() {
         io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted
@@ -63,9 +79,8 @@ enum Framing {
 }
 
 impl Conn {
-    pub async fn connect(addr: SocketAddr) -> Result<Conn, ErrorKind> {
-        let stream = TcpStream::connect(addr).await.map_err(|e| classify_connect(&e))?;
-        let _ = stream.set_nodelay(true);
+    pub async fn connect(addr: SocketAddr, tls: Option<&TlsClient>) -> Result<Conn, ErrorKind> {
+        let (stream, handshake) = open_stream(addr, tls).await?;
         Ok(Conn {
             stream,
             buf: vec![0; INITIAL_BUF],
@@ -74,6 +89,7 @@ impl Conn {
             response_bytes: 0,
             served: 0,
             uncounted: true,
+            handshake,
         })
     }
 
@@ -111,6 +127,10 @@ impl Conn {
     pub async fn round_trip(&mut self, request: &[u8], head_request: bool) -> Result<Response, ErrorKind> {
         self.response_bytes = 0;
         self.stream.write_all(request).await.map_err(|e| classify_io(&e))?;
+        if self.stream.is_tls() {
+            // rustls may hold the last record until flushed; a plain socket has nothing to flush.
+            self.stream.flush().await.map_err(|e| classify_io(&e))?;
+        }
         self.filled = 0;
         loop {
             let (status, hlen, framing, keep_alive) = self.read_head(head_request).await?;

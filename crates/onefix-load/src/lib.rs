@@ -4,6 +4,9 @@
 //! - [`template`]: the `{{...}}` placeholders drawn per request from a seeded generator.
 //! - [`request`]: the target and the bytes of each request.
 //! - [`http`]: a lean HTTP/1.1 client connection.
+//! - [`tls`]: HTTPS with rustls: trust, ALPN, session tickets, and the probe that explains a
+//!   server that cannot be loaded over TLS.
+//! - [`h2conn`]: HTTP/2 with the `h2` crate, many streams on a connection.
 //! - [`engine`]: worker threads, the schedule, the monitor; [`run`] is the entry point.
 //! - [`stats`]: counters, histograms and the JSON result ([`LoadResult`]).
 //! - [`summary`]: the terminal summary and progress line.
@@ -11,16 +14,19 @@
 
 pub mod compare;
 pub mod engine;
+pub mod h2conn;
 pub mod http;
 pub mod request;
 pub mod stats;
 pub mod summary;
 pub mod template;
 mod timer;
+pub mod tls;
 
 pub use engine::{check_reachable, run, target_addr, wait_until_listening, LoadConfig, Progress};
 pub use request::RequestSpec;
-pub use stats::{ErrorKind, Errors, LatencySummary, LoadResult, Window};
+pub use stats::{ErrorKind, Errors, HistogramBucket, LatencySummary, LoadResult, TlsSummary, Window};
+pub use tls::{Protocol, TlsOptions};
 
 /// The JSON Schema that every `--json` result satisfies.
 pub const RESULT_SCHEMA: &str = include_str!("../schema/load-result.schema.json");

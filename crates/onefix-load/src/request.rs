@@ -12,6 +12,10 @@ pub struct Target {
     pub host: String,
     pub port: u16,
     pub addr: SocketAddr,
+    /// https: the requests go over TLS.
+    pub tls: bool,
+    /// `host[:port]` as written in the URL: the Host header, and HTTP/2's `:authority`.
+    pub authority: String,
 }
 
 impl std::fmt::Display for Target {
@@ -38,8 +42,18 @@ pub struct RequestPlan {
     var_count: usize,
 }
 
+/// One request rendered in parts, for HTTP/2 (which frames the head itself).
+#[derive(Default)]
+pub struct RequestParts {
+    pub path: Vec<u8>,
+    /// The values of the plan's headers, in the order of [`RequestPlan::header_names`].
+    pub header_values: Vec<Vec<u8>>,
+    pub body: Option<Vec<u8>>,
+}
+
 /// The parts of a URL template.
 struct UrlParts<'a> {
+    tls: bool,
     host: String,
     port: u16,
     host_header: String,
@@ -48,13 +62,14 @@ struct UrlParts<'a> {
 
 fn parse_url(url: &str) -> Result<UrlParts<'_>, LoadError> {
     let bad = |why: &str| LoadError::Input(format!("`{url}` is not a URL onefix can load: {why}"));
-    let rest = if url.len() >= 7 && url[..7].eq_ignore_ascii_case("http://") {
-        &url[7..]
+    let (tls, rest) = if url.len() >= 7 && url[..7].eq_ignore_ascii_case("http://") {
+        (false, &url[7..])
     } else if url.len() >= 8 && url[..8].eq_ignore_ascii_case("https://") {
-        return Err(bad("https is not supported yet; put the server on plain http, or a TLS proxy in front of it"));
+        (true, &url[8..])
     } else {
-        return Err(bad("it must start with http://"));
+        return Err(bad("it must start with http:// or https://"));
     };
+    let default_port = if tls { 443 } else { 80 };
     let end = rest.find(['/', '?']).unwrap_or(rest.len());
     let authority = &rest[..end];
     let mut path = &rest[end..];
@@ -73,14 +88,14 @@ fn parse_url(url: &str) -> Result<UrlParts<'_>, LoadError> {
         let after = &inner[close + 1..];
         let port = match after.strip_prefix(':') {
             Some(p) => p.parse::<u16>().map_err(|_| bad(&format!("`{p}` is not a port")))?,
-            None if after.is_empty() => 80,
+            None if after.is_empty() => default_port,
             None => return Err(bad("junk after the IPv6 address")),
         };
         (host.to_string(), port)
     } else {
         match authority.rsplit_once(':') {
             Some((h, p)) => (h.to_string(), p.parse::<u16>().map_err(|_| bad(&format!("`{p}` is not a port")))?),
-            None => (authority.to_string(), 80),
+            None => (authority.to_string(), default_port),
         }
     };
     if port == 0 {
@@ -91,7 +106,7 @@ fn parse_url(url: &str) -> Result<UrlParts<'_>, LoadError> {
             path = &path[..hash];
         }
     }
-    Ok(UrlParts { host, port, host_header: authority.to_string(), path })
+    Ok(UrlParts { tls, host, port, host_header: authority.to_string(), path })
 }
 
 fn is_token(s: &str) -> bool {
@@ -171,7 +186,7 @@ impl RequestPlan {
         let addr = resolve(&parts.host, parts.port)?;
         let mut plan = RequestPlan {
             method: spec.method.clone(),
-            target: Target { host: parts.host, port: parts.port, addr },
+            target: Target { host: parts.host, port: parts.port, addr, tls: parts.tls, authority: parts.host_header },
             keep_alive: spec.keep_alive,
             seed: spec.seed,
             fixed: None,
@@ -192,6 +207,28 @@ impl RequestPlan {
             plan.fixed = Some(out);
         }
         Ok(plan)
+    }
+
+    /// The names of the user's headers, in the order their values are rendered.
+    pub fn header_names(&self) -> impl Iterator<Item = &[u8]> {
+        self.headers.iter().map(|(prefix, _)| &prefix[..prefix.len() - 2])
+    }
+
+    /// Renders request number `seq` in parts (the same values as [`Self::render_into`] draws).
+    pub fn render_parts(&self, ctx: &mut RenderCtx, seq: u64, out: &mut RequestParts) {
+        ctx.begin(seq);
+        out.path.clear();
+        ctx.render(&self.path, &mut out.path);
+        out.header_values.resize_with(self.headers.len(), Vec::new);
+        for ((_, value), buf) in self.headers.iter().zip(out.header_values.iter_mut()) {
+            buf.clear();
+            ctx.render(value, buf);
+        }
+        out.body = self.body.as_ref().map(|body| {
+            let mut b = Vec::new();
+            ctx.render(body, &mut b);
+            b
+        });
     }
 
     pub fn is_head(&self) -> bool {
@@ -273,6 +310,28 @@ mod tests {
         assert_eq!(plan.fixed.as_deref(), Some(&b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n\r\n"[..]));
         assert_eq!(plan.target.addr.port(), 8080);
         assert_eq!(render(&spec("http://localhost:9/?q=1#frag"), 0), "GET /?q=1 HTTP/1.1\r\nHost: localhost:9\r\n\r\n");
+        let tls = RequestPlan::compile(&spec("https://localhost/x")).unwrap();
+        assert!(tls.target.tls);
+        assert_eq!(tls.target.addr.port(), 443);
+        assert_eq!(tls.target.authority, "localhost");
+    }
+
+    #[test]
+    fn parts_draw_the_same_values_as_the_http1_request() {
+        let mut s = spec("https://127.0.0.1:8443/items/{{id = int 1 1000}}");
+        s.headers = vec!["X-Id: {{id}}".into()];
+        s.body = Some("{{id}}".into());
+        let plan = RequestPlan::compile(&s).unwrap();
+        let mut ctx = plan.new_ctx();
+        let mut parts = RequestParts::default();
+        plan.render_parts(&mut ctx, 7, &mut parts);
+        let whole = render(&s, 7);
+        let path = String::from_utf8(parts.path.clone()).unwrap();
+        let id = path.strip_prefix("/items/").unwrap();
+        assert!(whole.starts_with(&format!("GET {path} HTTP/1.1")), "{whole}");
+        assert_eq!(parts.header_values, vec![id.as_bytes().to_vec()]);
+        assert_eq!(parts.body.as_deref(), Some(id.as_bytes()));
+        assert_eq!(plan.header_names().collect::<Vec<_>>(), vec![&b"X-Id"[..]]);
     }
 
     #[test]
@@ -293,8 +352,7 @@ mod tests {
     #[test]
     fn bad_urls_and_headers_are_one_sentence() {
         let cases = [
-            ("https://x/", "https is not supported"),
-            ("ftp://x/", "must start with http://"),
+            ("ftp://x/", "must start with http:// or https://"),
             ("http://{{int 1 2}}:80/", "not in the host or port"),
             ("http://127.0.0.1:99999/", "is not a port"),
             ("http://127.0.0.1:0/", "port 0"),

@@ -26,11 +26,13 @@ pub enum ErrorKind {
     Protocol,
     /// Another I/O error.
     Io,
+    /// The TLS handshake failed (a certificate that does not verify, a server that is not TLS).
+    Tls,
     /// A complete response with a status of 400 or more.
     Status(u16),
 }
 
-const TRANSPORT_KINDS: usize = 7;
+const TRANSPORT_KINDS: usize = 8;
 
 impl ErrorKind {
     fn index(self) -> Option<usize> {
@@ -42,6 +44,7 @@ impl ErrorKind {
             ErrorKind::Closed => 4,
             ErrorKind::Protocol => 5,
             ErrorKind::Io => 6,
+            ErrorKind::Tls => 7,
             ErrorKind::Status(_) => return None,
         })
     }
@@ -62,6 +65,9 @@ pub struct Errors {
     pub closed: u64,
     pub protocol: u64,
     pub io: u64,
+    /// TLS handshakes that failed. Absent from results written before HTTPS.
+    #[serde(default)]
+    pub tls: u64,
     /// Responses with a status of 400 or more, by status code.
     pub status: BTreeMap<String, u64>,
 }
@@ -77,6 +83,7 @@ impl Errors {
             ("closed by the server", self.closed),
             ("not HTTP (protocol error)", self.protocol),
             ("I/O error", self.io),
+            ("TLS handshake failed", self.tls),
         ]
         .into_iter()
         .filter(|(_, n)| *n > 0)
@@ -178,6 +185,74 @@ pub struct LoadResult {
     /// service time as the client saw it.
     pub service_time_ms: LatencySummary,
     pub windows: Vec<Window>,
+    /// `HTTP/1.1` or `HTTP/2`. Absent from results written before HTTP/2 (they are HTTP/1.1).
+    #[serde(default = "http1")]
+    pub protocol: String,
+    /// Requests in flight on each connection at once (HTTP/2 streams; 1 for HTTP/1.1).
+    #[serde(default = "one")]
+    pub streams: u64,
+    /// TLS handshakes, over HTTPS; `null` over plain HTTP.
+    #[serde(default)]
+    pub tls: Option<TlsSummary>,
+    /// The corrected latency (`latency_ms`) in equal-width buckets from the fastest to the
+    /// slowest response, as the terminal draws it.
+    #[serde(default)]
+    pub latency_histogram: Vec<HistogramBucket>,
+}
+
+fn http1() -> String {
+    "HTTP/1.1".to_string()
+}
+
+fn one() -> u64 {
+    1
+}
+
+/// The TLS handshakes of a run, counted apart from the requests.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TlsSummary {
+    /// Handshakes completed: one per connection opened over TLS.
+    pub handshakes: u64,
+    /// Of those, abbreviated ones that resumed an earlier session from its ticket.
+    pub resumed: u64,
+    /// Time from the TCP connection to the end of the handshake.
+    pub handshake_ms: LatencySummary,
+}
+
+/// One bucket of the latency histogram: responses with `from_ms < latency <= to_ms` (the first
+/// bucket includes its lower edge).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct HistogramBucket {
+    pub from_ms: f64,
+    pub to_ms: f64,
+    pub count: u64,
+}
+
+/// How many buckets the histogram has, as oha draws it.
+pub const HISTOGRAM_BUCKETS: usize = 11;
+
+/// Equal-width buckets from the smallest to the largest value of `h` (microseconds).
+pub fn histogram_buckets(h: &Histogram<u64>) -> Vec<HistogramBucket> {
+    if h.is_empty() {
+        return Vec::new();
+    }
+    let (lo, hi) = (h.min(), h.max());
+    // HDR values are the low ends of their bucket: use their highest equivalents as the top.
+    let hi = h.highest_equivalent(hi).max(lo);
+    let step = ((hi - lo) as f64 / HISTOGRAM_BUCKETS as f64).max(1.0);
+    let mut buckets: Vec<HistogramBucket> = (0..HISTOGRAM_BUCKETS)
+        .map(|i| HistogramBucket {
+            from_ms: ms(lo as f64 + step * i as f64),
+            to_ms: ms(lo as f64 + step * (i + 1) as f64),
+            count: 0,
+        })
+        .collect();
+    for v in h.iter_recorded() {
+        let value = h.highest_equivalent(v.value_iterated_to()).min(hi);
+        let i = (((value - lo) as f64 / step).ceil() as usize).saturating_sub(1).min(HISTOGRAM_BUCKETS - 1);
+        buckets[i].count += v.count_at_value();
+    }
+    buckets
 }
 
 /// Histograms count microseconds, up to an hour, with 3 significant digits.
@@ -232,6 +307,8 @@ pub struct Counters {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub connections_opened: u64,
+    pub handshakes: u64,
+    pub resumed: u64,
 }
 
 impl Counters {
@@ -264,6 +341,8 @@ impl Counters {
         self.bytes_sent += o.bytes_sent;
         self.bytes_received += o.bytes_received;
         self.connections_opened += o.connections_opened;
+        self.handshakes += o.handshakes;
+        self.resumed += o.resumed;
     }
 
     pub fn errors(&self) -> Errors {
@@ -277,6 +356,7 @@ impl Counters {
             closed: t[4],
             protocol: t[5],
             io: t[6],
+            tls: t[7],
             status: self.bad_status.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
         }
     }

@@ -348,6 +348,13 @@ fn the_json_result_matches_the_committed_schema() {
     for key in ["p50", "p90", "p99", "p999", "max", "mean", "stddev"] {
         assert!(value["latency_ms"][key].is_number(), "{key}");
     }
+    // The histogram's buckets hold every completed request; plain HTTP has no TLS summary.
+    let buckets = value["latency_histogram"].as_array().unwrap();
+    assert_eq!(buckets.len(), onefix_load::stats::HISTOGRAM_BUCKETS);
+    let in_buckets: u64 = buckets.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(in_buckets, result.completed);
+    assert!(value["tls"].is_null());
+    assert_eq!(value["protocol"], "HTTP/1.1");
     // A result read back is the same result.
     let back: LoadResult = serde_json::from_value(value.clone()).unwrap();
     assert_eq!(back, result);

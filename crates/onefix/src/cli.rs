@@ -257,8 +257,8 @@ pub struct ReportArgs {
 
 #[derive(Args, Clone, Debug)]
 pub struct LoadArgs {
-    /// The URL template: http://HOST:PORT/PATH?QUERY, with {{...}} placeholders in the path and
-    /// query drawn per request (see the template syntax below).
+    /// The URL template: http[s]://HOST:PORT/PATH?QUERY, with {{...}} placeholders in the path
+    /// and query drawn per request (see the template syntax below).
     #[arg(value_name = "URL_TEMPLATE")]
     pub url: String,
     /// Requests per second on a fixed schedule (open loop: latency counts from each request's
@@ -290,6 +290,23 @@ pub struct LoadArgs {
     /// Open a new connection for every request (measures the cost of connecting).
     #[arg(long)]
     pub new_connection_per_request: bool,
+    /// HTTPS: trust the certificates in this PEM file instead of the system's store.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+    /// HTTPS: accept any certificate (a self-signed test server); the handshake is still signed.
+    #[arg(long, short = 'k')]
+    pub insecure: bool,
+    /// Send HTTP/2 (over https, refused if the server does not agree in ALPN; over http://,
+    /// h2c with prior knowledge). Over https without it, HTTP/2 is used when the server chooses it.
+    #[arg(long, conflicts_with = "http1")]
+    pub http2: bool,
+    /// Send HTTP/1.1 even to an https server that offers HTTP/2.
+    #[arg(long = "http1.1", id = "http1")]
+    pub http1: bool,
+    /// HTTP/2 streams in flight at once on each connection (requests at once = connections ×
+    /// streams).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub streams: u64,
     /// Limit on each request, connecting included.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
@@ -515,6 +532,10 @@ mod tests {
         let err = parse_load_spec("http://127.0.0.1:9/ --rate fast").unwrap_err();
         assert!(err.starts_with("in the load: ") && !err.contains('\n'), "{err}");
         assert!(parse_load_spec("'http://127.0.0.1:9/").is_err());
+        let tls = parse_load_spec("https://127.0.0.1:9/ -k --http2 --streams 8 --cacert ca.pem").unwrap();
+        assert!(tls.0.insecure && tls.0.http2 && !tls.0.http1 && tls.0.streams == 8);
+        assert_eq!(tls.0.cacert.as_deref(), Some(std::path::Path::new("ca.pem")));
+        assert!(parse_load_spec("https://127.0.0.1:9/ --http2 --http1.1").unwrap_err().contains("cannot be used with"));
         assert_eq!(parse_rate("1000"), Ok(1000.0));
         assert_eq!(parse_bytes("512k"), Ok(512 * 1024));
         assert_eq!(parse_bytes("1MiB"), Ok(1 << 20));

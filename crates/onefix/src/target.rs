@@ -460,6 +460,15 @@ pub fn load_config(args: &LoadArgs) -> Result<LoadConfig> {
         duration,
         max_requests: args.max_requests,
         connections: args.connections as usize,
+        streams: args.streams as usize,
+        protocol: if args.http2 {
+            Some(onefix_load::Protocol::Http2)
+        } else if args.http1 {
+            Some(onefix_load::Protocol::Http1)
+        } else {
+            None
+        },
+        tls: onefix_load::TlsOptions { cacert: args.cacert.clone(), insecure: args.insecure },
         threads: args.threads.unwrap_or(0) as usize,
         timeout: args.timeout,
         window: Duration::from_secs(1),

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod schema;
+pub mod tls;
 
 use std::future::Future;
 use std::io::{Read, Write};
@@ -165,4 +166,45 @@ pub fn raw_server(close: bool, reply: fn(u64) -> Option<Vec<u8>>) -> RawServer {
 pub fn dead_port() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
+}
+
+/// An HTTP/2 server over plain TCP (h2c, prior knowledge) that answers every request `status`.
+pub fn hyper_h2c_server(status: u16) -> Server {
+    let std_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    std_listener.set_nonblocking(true).unwrap();
+    let addr = std_listener.local_addr().unwrap();
+    let requests = Arc::new(AtomicU64::new(0));
+    let connections = Arc::new(AtomicU64::new(0));
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let (r, c) = (requests.clone(), connections.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+            loop {
+                tokio::select! {
+                    _ = &mut rx => break,
+                    accepted = listener.accept() => {
+                        let Ok((stream, _)) = accepted else { continue };
+                        c.fetch_add(1, Ordering::Relaxed);
+                        let r = r.clone();
+                        tokio::spawn(async move {
+                            let service = service_fn(move |_req: Request<Incoming>| {
+                                r.fetch_add(1, Ordering::Relaxed);
+                                async move {
+                                    Ok::<_, std::convert::Infallible>(
+                                        Response::builder().status(status).body(Full::new(Bytes::from_static(b"busy"))).unwrap(),
+                                    )
+                                }
+                            });
+                            let _ = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                                .serve_connection(TokioIo::new(stream), service)
+                                .await;
+                        });
+                    }
+                }
+            }
+        });
+    });
+    Server { addr, requests, connections, paths: Arc::default(), shutdown: Some(tx) }
 }

@@ -25,8 +25,11 @@ pub fn validate(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Stri
                 }
             }
             "required" => {
+                // As in JSON Schema, `required` says nothing about a value that is not an
+                // object (`"type": ["object", "null"]` allows null).
+                let Some(fields) = value.as_object() else { continue };
                 for name in rule.as_array().into_iter().flatten().filter_map(|n| n.as_str()) {
-                    if value.get(name).is_none() {
+                    if !fields.contains_key(name) {
                         errors.push(format!("{path}: `{name}` is missing"));
                     }
                 }
