@@ -142,10 +142,16 @@ struct Service(Child);
 
 impl Service {
     fn start(heavy: u32) -> Service {
+        Service::start_marked(heavy, "")
+    }
+
+    /// With `marker` as an extra argument (ignored by the program), for `--match`.
+    fn start_marked(heavy: u32, marker: &str) -> Service {
         let program = repo().join("crates/onefix/tests/fleet/service.py");
         let mut child = Command::new("python3")
             .arg(&program)
             .arg(heavy.to_string())
+            .arg(marker)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -493,4 +499,33 @@ fn a_two_shard_cluster_holds_the_fleet_behind_distributed_tables() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{:?}", text(&out)));
     assert_eq!(report["findings"][0]["line"], 10, "{report:#}");
     assert!(text(&out).1.contains("16 batches"), "{:?}", text(&out));
+}
+
+#[test]
+fn the_agent_follows_a_restarted_process_by_its_command_line() {
+    let s = Scratch::new("fleet-restart");
+    let ch = ClickHouse::start(&s);
+    assert!(fleet(&ch, &["init"]).status.success());
+    let marker = format!("fleet-restart-{}", std::process::id());
+    let first = Service::start_marked(2, &marker);
+    let agent = onefix()
+        .args(["agent", "--match", &marker, "--service", "restart", "--to", &ch.url(), "--interval", "1s"])
+        .args(["--duration", "7s", "--spool"])
+        .arg(s.path("spool"))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let first_pid = first.pid();
+    drop(first);
+    let second = Service::start_marked(2, &marker);
+    let out = agent.wait_with_output().unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("process {first_pid} exited")), "{stderr}");
+    let pids = ch.sql("SELECT groupUniqArray(pid) FROM samples WHERE service = 'restart'");
+    assert!(
+        pids.contains(&first_pid.to_string()) && pids.contains(&second.pid().to_string()),
+        "both processes were sampled: {pids}\n{stderr}"
+    );
 }
