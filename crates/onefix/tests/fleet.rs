@@ -529,3 +529,32 @@ fn the_agent_follows_a_restarted_process_by_its_command_line() {
         "both processes were sampled: {pids}\n{stderr}"
     );
 }
+
+#[test]
+fn with_clickhouse_away_the_spool_keeps_its_bound_and_every_batch_is_accounted_for() {
+    let s = Scratch::new("fleet-spool");
+    let service = Service::start(2);
+    let spool = s.path("spool");
+    let dead = format!("http://127.0.0.1:{}/?database=onefix", free_port());
+    let out = onefix()
+        .args(["agent", "--pid", &service.pid().to_string(), "--to", &dead, "--interval", "1s", "--duration", "6s"])
+        .args(["--spool-max", "8k", "--spool"])
+        .arg(&spool)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("unreachable"), "{stderr}");
+    assert!(stderr.contains("the spool is full: dropped"), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("onefix: spooled ")).unwrap();
+    let n: Vec<u64> =
+        line.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+    let (spooled, sent, dropped, left) = (n[0], n[2], n[4], n[6]);
+    assert_eq!(sent, 0);
+    assert!(dropped >= 1 && left >= 1, "{line}");
+    assert_eq!(spooled, dropped + left, "nothing is lost without being said: {line}");
+    let files: Vec<_> = std::fs::read_dir(&spool).unwrap().flatten().collect();
+    assert_eq!(files.len() as u64, left);
+    let bytes: u64 = files.iter().map(|f| f.metadata().unwrap().len()).sum();
+    assert!(bytes <= 8 * 1024 || files.len() == 1, "{bytes} bytes in the spool");
+}
