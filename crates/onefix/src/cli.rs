@@ -501,7 +501,7 @@ pub struct FleetWindowArgs {
     /// The service, as the agents labelled it.
     #[arg(long)]
     pub service: String,
-    /// The window ending now (e.g. 1h, 15m).
+    /// The window ending now (e.g. 1h, 15m); default 1h.
     #[arg(long, value_parser = parse_duration, conflicts_with_all = ["from", "until"])]
     pub since: Option<Duration>,
     /// Start of the window: Unix seconds or 2026-12-01T13:00:00Z.

@@ -48,7 +48,7 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         }
     }
     let client = crate::cmd::fleet::client(&args.store)?;
-    let mut spool = Spool::open(&args.spool, args.spool_max)?;
+    let spool = Spool::open(&args.spool, args.spool_max)?;
     // A schema this onefix cannot write, or none, is said now; an unreachable server is not
     // an error (the batches wait in the spool).
     match schema::check(&client) {
@@ -62,9 +62,8 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     if waiting > 0 {
         say(format_args!("{waiting} batches from an earlier run wait in {}: sending them first", args.spool.display()));
     }
-    // The spool's own drops are counted in it; it is shared by the target threads (writing)
-    // and the uploader (reading and removing).
-    spool.dropped_batches = 0;
+    // The spool counts its own drops; it is shared by the target threads (writing) and the
+    // uploader (reading and removing).
     let spool = Arc::new(Mutex::new(spool));
     catch_interrupts();
     // SIGHUP (a log rotation) must not end the agent: its log is stderr, which journald keeps.
