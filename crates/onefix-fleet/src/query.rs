@@ -196,6 +196,9 @@ pub struct FleetProfile {
     /// the window.
     pub span_s: f64,
     pub cost: Cost,
+    /// Each stack's frames (root first), by the store's ids: to find the stacks through a line.
+    stacks: HashMap<u64, Vec<u64>>,
+    frames: HashMap<u64, Frame>,
 }
 
 /// One aggregate row: a stack's weight on one thread in one state.
@@ -356,7 +359,58 @@ pub fn fleet_profile(client: &Client, f: &Filter) -> Result<FleetProfile, FleetE
     let end = (overview.last_ts + overview.interval_s.max(1)).min(f.to);
     let span_s = end.saturating_sub(start).max(1) as f64;
     profile.meta.duration_s = span_s;
-    Ok(FleetProfile { profile, overview, thread_hosts, span_s, cost })
+    Ok(FleetProfile { profile, overview, thread_hosts, span_s, cost, stacks: tables.stacks, frames: tables.frames })
+}
+
+/// The line's share of the service's samples (every thread, waiting or not) in each of
+/// `buckets` equal parts of the window, oldest first; `None` for a part without samples.
+pub fn trend_sql(f: &Filter, stack_ids: &[u64], bucket_s: u64) -> String {
+    format!(
+        "SELECT intDiv(batch_ts - {}, {bucket_s}) AS part, sumIf(batch_weight, stack_id IN ({})) AS at_line, \
+         sum(batch_weight) AS total FROM ({}) GROUP BY part ORDER BY part",
+        f.from,
+        join_ids(stack_ids),
+        deduplicated(f, ", toUInt32(any(ts)) AS batch_ts")
+    )
+}
+
+impl FleetProfile {
+    /// The store's ids of the stacks that pass through `file:line`.
+    pub fn stacks_through(&self, file: &str, line: u32) -> Vec<u64> {
+        let mut ids: Vec<u64> = self
+            .stacks
+            .iter()
+            .filter(|(_, frames)| {
+                frames.iter().any(|id| self.frames.get(id).is_some_and(|f| f.line == line && f.file == file))
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The trend of a line over the window: its share of the samples in each of `parts`.
+    pub fn trend(
+        &mut self,
+        client: &Client,
+        f: &Filter,
+        file: &str,
+        line: u32,
+        parts: u64,
+    ) -> Result<Vec<Option<f64>>, FleetError> {
+        let bucket_s = (f.to - f.from).div_ceil(parts.max(1)).max(1);
+        let a = client.select(&trend_sql(f, &self.stacks_through(file, line), bucket_s))?;
+        self.cost.add(&a);
+        let mut shares = vec![None; parts as usize];
+        for r in &a.rows {
+            let part = get_u64(r, "part") as usize;
+            let total = get_u64(r, "total");
+            if let Some(slot) = shares.get_mut(part) {
+                *slot = (total > 0).then(|| get_u64(r, "at_line") as f64 / total as f64);
+            }
+        }
+        Ok(shares)
+    }
 }
 
 /// A window cut into per-host slots: the profile holds every slot's samples, each stamped
@@ -447,6 +501,7 @@ pub fn example_statements() -> Vec<String> {
     out.push(overview_sql(&filter));
     out.push(aggregate_sql(&filter));
     out.push(slots_sql(&filter, 10));
+    out.push(trend_sql(&filter, &[stack_id], 3333));
     out.push(stacks_sql(&[stack_id]));
     out.push(frames_sql(&[frame_id]));
     out

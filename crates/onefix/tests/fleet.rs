@@ -262,6 +262,13 @@ fn the_fleet_report_names_the_planted_line_and_the_agent_survives_a_clickhouse_r
     assert!(top["file"].as_str().unwrap().ends_with("service.py"));
     assert!(stdout.contains("1 host,"), "{stdout}");
     assert!(stdout.contains("seen on 1 of 1 hosts"), "{stdout}");
+    // The trend: the run is in the last sixth of the hour asked for, and the line is most of it.
+    let first = stdout.lines().find(|l| l.trim_start().starts_with("#1 ")).unwrap_or_else(|| panic!("{stdout}"));
+    let trend: Vec<&str> = first.rsplit(": ").next().unwrap().split(' ').collect();
+    assert_eq!(trend.len(), 6, "{first}");
+    assert!(trend[..5].iter().all(|t| *t == "-"), "{first}");
+    let last: f64 = trend[5].trim_end_matches('%').parse().unwrap();
+    assert!(last > 30.0, "{first}");
     // Rows returned are aggregates: far fewer than the samples.
     let returned: u64 = stdout
         .split("returned ")

@@ -90,10 +90,16 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
     let client = client(&args.store)?;
     schema::check(&client)?;
     let filter = filter(&args.window, args.version.clone())?;
-    let fleet = query::fleet_profile(&client, &filter)?;
-    let profile = &fleet.profile;
-    let diagnosis = outputs::run_diagnosis(profile, Mode::Wall, &args.outputs);
+    let mut fleet = query::fleet_profile(&client, &filter)?;
+    let diagnosis = outputs::run_diagnosis(&fleet.profile, Mode::Wall, &args.outputs);
     let figures = onefix_fleet::figures::figures(&fleet, &diagnosis);
+    // Each finding's share in each sixth of the window, asked of ClickHouse (one row per part).
+    const TREND_PARTS: u64 = 6;
+    let mut trends = Vec::new();
+    for f in &figures {
+        trends.push(fleet.trend(&client, &filter, &f.file, f.line, TREND_PARTS)?);
+    }
+    let profile = &fleet.profile;
     // The fleet's figures lead: what the window held and what reading it cost.
     let mut head = String::new();
     let o = &fleet.overview;
@@ -110,9 +116,12 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
         c.rows_read,
         c.bytes_read
     ));
-    for (i, f) in figures.iter().enumerate() {
+    for (i, (f, trend)) in figures.iter().zip(&trends).enumerate() {
+        let trend: Vec<String> =
+            trend.iter().map(|s| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0))).collect();
         head.push_str(&format!(
-            "  #{} {}:{} {}: {:.0}% of {}, {:.2} cores busy on average across the fleet, seen on {} of {} hosts\n",
+            "  #{} {}:{} {}: {:.0}% of {}, {:.2} cores busy on average across the fleet, seen on {} of {} hosts; \
+             share of all samples by sixth of the window: {}\n",
             i + 1,
             onefix_model::fmt::file_name(&f.file),
             f.line,
@@ -121,7 +130,8 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
             diagnosis.share_of,
             f.cores_busy,
             f.hosts_seen,
-            f.hosts_total
+            f.hosts_total,
+            trend.join(" ")
         ));
     }
     if planned.uses_stdout() {
