@@ -462,6 +462,10 @@ pub struct AgentArgs {
     /// The spool's bound: past it the oldest batches are dropped, and counted.
     #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_spool_bytes)]
     pub spool_max: u64,
+    /// Append the agent's messages to this file instead of stderr; SIGHUP reopens it (after
+    /// logrotate has moved it away).
+    #[arg(long, value_name = "PATH")]
+    pub log: Option<PathBuf>,
     /// Stop after this long (default: until SIGTERM or Ctrl-C; with --pid, also when every
     /// target has exited).
     #[arg(long, short, value_parser = parse_duration)]

@@ -565,3 +565,28 @@ fn with_clickhouse_away_the_spool_keeps_its_bound_and_every_batch_is_accounted_f
     let bytes: u64 = files.iter().map(|f| f.metadata().unwrap().len()).sum();
     assert!(bytes <= 8 * 1024 || files.len() == 1, "{bytes} bytes in the spool");
 }
+
+#[test]
+fn sighup_reopens_the_agent_s_log_after_rotation() {
+    let s = Scratch::new("fleet-log");
+    let service = Service::start(2);
+    let (log, rotated) = (s.path("agent.log"), s.path("agent.log.1"));
+    let dead = format!("http://127.0.0.1:{}/?database=onefix", free_port());
+    let mut agent = onefix()
+        .args(["agent", "--pid", &service.pid().to_string(), "--to", &dead, "--interval", "1s", "--duration", "4s"])
+        .arg("--spool")
+        .arg(s.path("spool"))
+        .arg("--log")
+        .arg(&log)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    std::fs::rename(&log, &rotated).unwrap();
+    // SAFETY: a signal to the agent we started and have not yet waited for.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGHUP) };
+    assert!(agent.wait().unwrap().success(), "SIGHUP does not end the agent");
+    let before = std::fs::read_to_string(&rotated).unwrap();
+    let after = std::fs::read_to_string(&log).unwrap();
+    assert!(before.contains("unreachable"), "{before}");
+    assert!(after.contains("onefix: spooled "), "the last words go to the new file:\n{after}");
+}

@@ -47,6 +47,18 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
             bail!("--match needs a non-empty pattern: it would match every process");
         }
     }
+    // SIGHUP (a log rotation) must not end the agent: it reopens --log, or is ignored when the
+    // log is stderr (which journald keeps).
+    if let Some(log) = &args.log {
+        reopen_log(log)?;
+        let handler = on_hangup as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe { libc::signal(libc::SIGHUP, handler) };
+    } else {
+        // SAFETY: setting a signal's disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
+    }
+
     let client = crate::cmd::fleet::client(&args.store)?;
     let spool = Spool::open(&args.spool, args.spool_max)?;
     // A schema this onefix cannot write, or none, is said now; an unreachable server is not
@@ -66,10 +78,6 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     // uploader (reading and removing).
     let spool = Arc::new(Mutex::new(spool));
     catch_interrupts();
-    // SIGHUP (a log rotation) must not end the agent: its log is stderr, which journald keeps.
-    // SAFETY: setting a signal's disposition before any thread starts.
-    unsafe { libc::signal(libc::SIGHUP, libc::SIG_IGN) };
-
     let started = Instant::now();
     let spooled = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
     let sampling_stop = Arc::new(AtomicBool::new(false));
@@ -86,6 +94,13 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         let timed_out = args.duration.is_some_and(|d| started.elapsed() >= d);
         if interrupted || timed_out {
             break;
+        }
+        if let Some(log) = &args.log {
+            if HANGUP.swap(false, Ordering::Relaxed) {
+                if let Err(e) = reopen_log(log) {
+                    say(format_args!("{e}: logging on to the file as it was"));
+                }
+            }
         }
         // Targets whose thread ended (the process exited) are forgotten: a restart is new.
         targets.retain(|_, t| !t.is_finished());
@@ -135,6 +150,28 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         args.spool.display(),
     ));
     Ok(ExitCode::SUCCESS)
+}
+
+static HANGUP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_hangup(_: libc::c_int) {
+    HANGUP.store(true, Ordering::Relaxed);
+}
+
+/// Points stderr, where every message goes, at the end of `path` (created if need be, never
+/// truncated).
+fn reopen_log(path: &std::path::Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| anyhow::anyhow!("cannot open the log {}: {e}", path.display()))?;
+    // SAFETY: dup2 onto stderr of a descriptor we own; the file is closed after, stderr keeps it.
+    if unsafe { libc::dup2(file.as_raw_fd(), libc::STDERR_FILENO) } < 0 {
+        bail!("cannot log to {}: {}", path.display(), std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Processes whose command line contains `pattern` (as `pgrep -f` would), except onefix
