@@ -590,3 +590,32 @@ fn sighup_reopens_the_agent_s_log_after_rotation() {
     assert!(before.contains("unreachable"), "{before}");
     assert!(after.contains("onefix: spooled "), "the last words go to the new file:\n{after}");
 }
+
+#[test]
+fn a_clickhouse_that_never_answers_costs_a_timeout_and_the_batches_wait() {
+    let s = Scratch::new("fleet-slow");
+    let service = Service::start(2);
+    // A server that accepts and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming().take(64) {
+            held.push(conn);
+        }
+    });
+    let out = onefix()
+        .args(["agent", "--pid", &service.pid().to_string(), "--interval", "1s", "--duration", "3s", "--timeout", "1s"])
+        .args(["--to", &format!("http://127.0.0.1:{port}/?database=onefix"), "--spool"])
+        .arg(s.path("spool"))
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("did not answer within 1 s"), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("onefix: spooled ")).unwrap();
+    let n: Vec<u64> =
+        line.split(|c: char| !c.is_ascii_digit()).filter(|w| !w.is_empty()).map(|w| w.parse().unwrap()).collect();
+    assert_eq!(n[2], 0, "nothing sent: {line}");
+    assert!(n[0] >= 2 && n[6] == n[0], "every batch waits in the spool: {line}");
+}
