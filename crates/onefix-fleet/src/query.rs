@@ -281,7 +281,7 @@ fn empty_profile(o: &Overview, service: &str) -> (Profile, bool) {
     let meta = Meta {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),
         target: Target {
-            argv: Some(vec![format!("service {service}")]),
+            argv: Some(vec!["service".to_owned(), service.to_owned()]),
             pid: 0,
             language: Some(language),
             cwd: None,

@@ -98,6 +98,8 @@ impl Summary<'_> {
             format!("allocations, {}", describe::bytes(self.diagnosis.total_weight))
         };
         let mut target = match meta.target.argv {
+            // Pid 0 is no process: a profile assembled from many (a fleet's aggregate).
+            Some(_) if meta.target.pid == 0 => describe::command_line(&meta.target),
             Some(_) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
             None => format!("pid {} (attached)", meta.target.pid),
         };
