@@ -13,7 +13,7 @@ def handle(i):
     digest = b""
     for _ in range(HEAVY):
         digest = hashlib.sha256(payload + digest).digest()  # CULPRIT
-    return sum(range(300)) + len(digest)
+    return sum(range(3000)) + len(digest)
 
 
 def main():
