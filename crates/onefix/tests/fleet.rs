@@ -239,7 +239,7 @@ fn the_fleet_report_names_the_planted_line_and_the_agent_survives_a_clickhouse_r
     let again = fleet(&ch, &["init"]);
     assert!(text(&again).0.contains("already holds"), "{:?}", text(&again));
 
-    let service = Service::start(4);
+    let service = Service::start(8);
     let spool = s.path("spool");
     let running =
         agent(&ch, &spool, service.pid(), &["--service", "api", "--host", "web-1", "--version", "v1"], "1s", "9s")
