@@ -98,6 +98,8 @@ impl Summary<'_> {
             format!("allocations, {}", describe::bytes(self.diagnosis.total_weight))
         };
         let mut target = match (&meta.target.argv, self.profile.imported_from()) {
+            // Pid 0 is no process: a profile assembled from many (a fleet's aggregate).
+            (Some(_), _) if meta.target.pid == 0 => describe::command_line(&meta.target),
             (Some(_), _) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
             (None, Some(from)) => format!("a {} read from {}", from.format, from.source),
             (None, None) => format!("pid {} (attached)", meta.target.pid),

@@ -38,6 +38,13 @@ pub enum Command {
     Dump(DumpArgs),
     /// Shell completions and man pages, generated from this command line (for packagers).
     Generate(GenerateArgs),
+    /// Always-on profiling of running processes at a low rate, each interval uploaded to
+    /// ClickHouse (spooled to a bounded directory while it is away).
+    Agent(AgentArgs),
+    /// The fleet's store in ClickHouse: create its schema, report the findings of a service
+    /// across its hosts, compare two deploys.
+    #[command(subcommand)]
+    Fleet(FleetCommand),
     /// Removes a recording's temporary directories once onefix and its target have ended
     /// (started by onefix itself; not for people).
     #[command(hide = true)]
@@ -456,6 +463,165 @@ pub fn man_pages() -> std::io::Result<Vec<(String, Vec<u8>)>> {
     Ok(pages)
 }
 
+/// Where the fleet's samples go: `http://HOST:8123/?database=onefix`. The user and password
+/// come from ONEFIX_CLICKHOUSE_USER and ONEFIX_CLICKHOUSE_PASSWORD or from --credentials, never
+/// from the command line (every user of the machine can read it).
+#[derive(Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// ClickHouse's HTTP interface and database, e.g. http://127.0.0.1:8123/?database=onefix.
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+    /// A file of `user=NAME` and `password=SECRET` lines (instead of the environment).
+    #[arg(long, value_name = "FILE")]
+    pub credentials: Option<PathBuf>,
+    /// Give up on a request to ClickHouse after this long.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// A process to profile (repeatable).
+    #[arg(long, short, value_name = "PID", required_unless_present = "pattern")]
+    pub pid: Vec<u32>,
+    /// Profile every process whose command line contains PATTERN, and each new one (a
+    /// restarted service gets a new pid).
+    #[arg(long = "match", value_name = "PATTERN")]
+    pub pattern: Option<String>,
+    /// The service's name, a label of every sample.
+    #[arg(long, default_value = "default")]
+    pub service: String,
+    /// The deploy: a version or commit, a label of every sample.
+    #[arg(long, default_value = "")]
+    pub version: String,
+    /// The host's name as reports show it; default: this machine's hostname.
+    #[arg(long)]
+    pub host: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Each interval's samples are aggregated and uploaded as one batch.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Samples per second, per target (see BENCHMARKS.md for the cost).
+    #[arg(long, short, default_value_t = 19.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Where batches wait while ClickHouse is away.
+    #[arg(long, value_name = "DIR", default_value = "/var/lib/onefix/spool")]
+    pub spool: PathBuf,
+    /// The spool's bound: past it the oldest batches are dropped, and counted.
+    #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_spool_bytes)]
+    pub spool_max: u64,
+    /// Append the agent's messages to this file instead of stderr; SIGHUP reopens it (after
+    /// logrotate has moved it away).
+    #[arg(long, value_name = "PATH")]
+    pub log: Option<PathBuf>,
+    /// Stop after this long (default: until SIGTERM or Ctrl-C; with --pid, also when every
+    /// target has exited).
+    #[arg(long, short, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+}
+
+#[derive(Subcommand, Debug)]
+// Parsed once and moved into its command: the size of the largest variant does not matter.
+#[allow(clippy::large_enum_variant)]
+pub enum FleetCommand {
+    /// Create the fleet's tables in ClickHouse, or upgrade an older onefix schema.
+    Init(FleetInitArgs),
+    /// The findings of a service across its hosts over a window, from ClickHouse's aggregates.
+    Report(FleetReportArgs),
+    /// Two deploys of a service (--version A --version B), line by line, with statistics over
+    /// per-host, per-interval values; the regression first.
+    Compare(FleetCompareArgs),
+    /// Every SQL statement onefix sends, with example values, separated by lines holding `;`
+    /// (to check them against another ClickHouse release).
+    Sql,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetInitArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Drop samples older than this many days (ClickHouse 19.6 and later).
+    #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub ttl_days: Option<u32>,
+    /// Make the tables Distributed over this cluster of the server's remote_servers. Run
+    /// `init` without it on each shard's database first (the cluster's default_database).
+    #[arg(long, value_name = "NAME")]
+    pub cluster: Option<String>,
+}
+
+/// Which samples: a service, a window, and optionally a deploy and a host.
+#[derive(Args, Clone, Debug)]
+pub struct FleetWindowArgs {
+    /// The service, as the agents labelled it.
+    #[arg(long)]
+    pub service: String,
+    /// The window ending now (e.g. 1h, 15m); default 1h.
+    #[arg(long, value_parser = parse_duration, conflicts_with_all = ["from", "until"])]
+    pub since: Option<Duration>,
+    /// Start of the window: Unix seconds or 2026-12-01T13:00:00Z.
+    #[arg(long, value_parser = parse_time, requires = "until")]
+    pub from: Option<u64>,
+    /// End of the window: Unix seconds or 2026-12-01T14:00:00Z.
+    #[arg(long, value_parser = parse_time, requires = "from")]
+    pub until: Option<u64>,
+    /// Only this host.
+    #[arg(long)]
+    pub host: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetReportArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub window: FleetWindowArgs,
+    /// Only this deploy.
+    #[arg(long)]
+    pub version: Option<String>,
+    #[command(flatten)]
+    pub outputs: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct FleetCompareArgs {
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub window: FleetWindowArgs,
+    /// The two deploys, before then after: --version v41 --version v42.
+    #[arg(long, num_args = 1, required = true)]
+    pub version: Vec<String>,
+    /// Write the comparison as JSON.
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+}
+
+/// Unix seconds, or `YYYY-MM-DDTHH:MM:SSZ` (UTC).
+pub fn parse_time(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if let Ok(secs) = t.parse::<u64>() {
+        return Ok(secs);
+    }
+    let bad = || format!("`{s}` is not a time: give Unix seconds or 2026-12-01T13:00:00Z (UTC)");
+    let t = t.strip_suffix('Z').ok_or_else(bad)?;
+    let (date, time) = t.split_once(['T', ' ']).ok_or_else(bad)?;
+    let d: Vec<i64> = date.split('-').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let h: Vec<i64> = time.split(':').map(|p| p.parse().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    if d.len() != 3 || h.len() != 3 || !(1..=12).contains(&d[1]) || !(1..=31).contains(&d[2]) {
+        return Err(bad());
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 { (d[0] - 1, d[1] + 9) } else { (d[0], d[1] - 3) };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + h[0] * 3600 + h[1] * 60 + h[2];
+    u64::try_from(secs).map_err(|_| bad())
+}
+
 /// `30s`, `2m`, `1h`, `500ms`, or a number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -495,6 +661,10 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+fn parse_spool_bytes(s: &str) -> Result<u64, String> {
+    parse_bytes(s).map_err(|_| format!("the spool's bound must be a size between 1 byte and 1 TiB (e.g. 64m), not {s}"))
+}
+
 fn parse_rate(s: &str) -> Result<f64, String> {
     let rate: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a rate in samples per second"))?;
     if !(rate.is_finite() && (1.0..=10_000.0).contains(&rate)) {
@@ -517,6 +687,9 @@ mod tests {
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("-1s").is_err());
         assert!(parse_rate("0").is_err());
+        assert_eq!(parse_time("2026-12-01T13:00:00Z"), Ok(1_796_130_000));
+        assert_eq!(parse_time("1700000000"), Ok(1_700_000_000));
+        assert!(parse_time("yesterday").is_err());
     }
 
     #[test]

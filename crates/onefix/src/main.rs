@@ -31,6 +31,8 @@ fn main() -> ExitCode {
         cli::Command::Dump(args) => cmd::dump::run(args),
         cli::Command::Generate(args) => cmd::generate::run(args),
         cli::Command::Janitor(args) => cmd::janitor::run(args),
+        cli::Command::Agent(args) => cmd::agent::run(args),
+        cli::Command::Fleet(command) => cmd::fleet::run(command),
     };
     match result {
         Ok(code) => code,

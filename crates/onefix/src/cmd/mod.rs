@@ -1,5 +1,7 @@
+pub mod agent;
 pub mod compare;
 pub mod dump;
+pub mod fleet;
 pub mod generate;
 pub mod janitor;
 pub mod load;
