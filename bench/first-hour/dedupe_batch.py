@@ -2,7 +2,11 @@
 `--rounds N` runs it N times (a longer run for `onefix top`)."""
 import sys
 
-ids = [(i * 7919) % 6000 for i in range(12000)]
+# The input, read and parsed the same way in both versions: 400,000 order lines, of which the
+# first 12,000 customer ids are deduplicated.
+orders = [f"{(i * 7919) % 6000},{i % 97}.{i % 100:02d}" for i in range(400000)]
+ids = [int(line.split(",")[0]) for line in orders[:12000]]
+total = sum(float(line.split(",")[1]) for line in orders)
 FIXED = "--fixed" in sys.argv
 ROUNDS = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
 
@@ -16,4 +20,4 @@ for _ in range(ROUNDS):
                 seen.add(customer)
             else:
                 seen.append(customer)
-    print(f"kept {len(kept)} of {len(ids)}", flush=True)
+    print(f"kept {len(kept)} of {len(ids)} (orders total {total:.2f})", flush=True)
