@@ -52,6 +52,20 @@ pub fn thread_ids(pid: u32) -> Vec<u64> {
     ids
 }
 
+/// Every thread of `pid` with what it is blocked in and whether it runs (on a CPU or runnable,
+/// outside a system call). Read before a dump stops the threads: a stop interrupts a thread's
+/// system call, which it restarts (running, for a moment) once let go.
+pub fn thread_waits(pid: u32) -> Vec<(u64, Option<Blocked>, bool)> {
+    thread_ids(pid)
+        .into_iter()
+        .map(|tid| {
+            let waits = blocked_in(pid, tid);
+            let running = waits.is_none() && thread_state(pid, tid) == Some('R');
+            (tid, waits, running)
+        })
+        .collect()
+}
+
 /// The kernel's state letter for one thread (`R` running or runnable, `S`, `D`, `t`, ...).
 pub fn thread_state(pid: u32, tid: u64) -> Option<char> {
     let stat = fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;

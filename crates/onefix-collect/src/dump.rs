@@ -4,7 +4,7 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use onefix_model::snapshot::{Blocked, LocalVariable, Snapshot, SnapshotFrame, ThreadSnapshot};
+use onefix_model::snapshot::{LocalVariable, Snapshot, SnapshotFrame, ThreadSnapshot};
 use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy};
 
@@ -35,14 +35,7 @@ pub fn python_snapshot(pid: u32, opts: DumpOptions) -> Result<Snapshot, CollectE
     let mut spy = PythonSpy::new(pid as py_spy::Pid, &config).map_err(|e| open_error(pid, e))?;
     // What each thread is blocked in is read before the paused read: stopping a thread
     // interrupts its system call, which it restarts (running, for a moment) once let go.
-    let before: Vec<(u64, Option<Blocked>, bool)> = blocked::thread_ids(pid)
-        .into_iter()
-        .map(|tid| {
-            let waits = blocked::blocked_in(pid, tid);
-            let running = waits.is_none() && blocked::thread_state(pid, tid) == Some('R');
-            (tid, waits, running)
-        })
-        .collect();
+    let before = blocked::thread_waits(pid);
     let state_of = |tid: u64| before.iter().find(|b| b.0 == tid).map_or((None, false), |b| (b.1.clone(), b.2));
     let read_started = Instant::now();
     let traces = spy.get_stack_traces().map_err(|e| open_error(pid, e))?;

@@ -104,12 +104,6 @@ pub enum Blocked {
 }
 
 impl Blocked {
-    /// A wait that ends only when another thread of the process acts (a lock, a condition):
-    /// the kind a deadlock is made of.
-    pub fn waits_for_another_thread(&self) -> bool {
-        matches!(self, Blocked::Futex { .. })
-    }
-
     /// In words, for a person: "a lock (futex 0x7f..)", "a read on TCP ...".
     pub fn describe(&self) -> String {
         match self {

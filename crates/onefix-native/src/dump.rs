@@ -45,14 +45,7 @@ pub fn native_snapshot(pid: u32) -> Result<Snapshot, NativeError> {
     }
     // What each thread is blocked in is read before it is stopped: the system call it sits in
     // does not change while it waits, and /proc reads it without a stop.
-    let before: Vec<(u64, Option<Blocked>, bool)> = blocked::thread_ids(pid)
-        .into_iter()
-        .map(|tid| {
-            let waits = blocked::blocked_in(pid, tid);
-            let running = waits.is_none() && blocked::thread_state(pid, tid) == Some('R');
-            (tid, waits, running)
-        })
-        .collect();
+    let before = blocked::thread_waits(pid);
     let paused = Instant::now();
     let copies = copy_threads(pid, &before.iter().map(|b| b.0).collect::<Vec<_>>())?;
     let paused_us = paused.elapsed().as_micros() as u64;
