@@ -236,11 +236,16 @@ fn terminal_width() -> Option<usize> {
     if !io::stdout().is_terminal() {
         return None;
     }
-    // SAFETY: an all-zero winsize is valid, and TIOCGWINSZ fills it for a terminal.
+    terminal_size(libc::STDOUT_FILENO).map(|(columns, _)| columns.clamp(80, 220))
+}
+
+/// The size of the terminal on descriptor `fd` as (columns, rows); `None` when it is no terminal.
+pub fn terminal_size(fd: libc::c_int) -> Option<(usize, usize)> {
+    // SAFETY: an all-zero winsize is valid, and TIOCGWINSZ fills it for a terminal; on any other
+    // descriptor it fails harmlessly.
     let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: ioctl on stdout with a pointer to the local winsize.
-    let ok = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-    (ok && size.ws_col > 0).then(|| (size.ws_col as usize).clamp(80, 220))
+    let ok = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut size) } == 0;
+    (ok && size.ws_col > 0 && size.ws_row > 0).then_some((size.ws_col as usize, size.ws_row as usize))
 }
 
 /// Everything `record` writes, checked before the target starts.

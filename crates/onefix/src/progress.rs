@@ -171,8 +171,5 @@ impl StatusLine {
 
 /// The terminal's height, from stderr.
 fn terminal_rows() -> Option<u16> {
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize; it fails harmlessly on a descriptor that is no terminal.
-    let ok = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) } == 0;
-    (ok && size.ws_row > 0).then_some(size.ws_row)
+    crate::outputs::terminal_size(libc::STDERR_FILENO).map(|(_, rows)| rows.min(u16::MAX as usize) as u16)
 }

@@ -265,13 +265,7 @@ fn output_pane_rows(rows: usize) -> usize {
 
 /// The terminal's size on stdout, or 100 x 40.
 fn terminal_size() -> (usize, usize) {
-    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ fills a winsize; it fails harmlessly on a descriptor that is no terminal.
-    if unsafe { libc::ioctl(1, libc::TIOCGWINSZ, &mut size) } == 0 && size.ws_col > 0 {
-        (size.ws_col as usize, size.ws_row as usize)
-    } else {
-        (100, 40)
-    }
+    crate::outputs::terminal_size(libc::STDOUT_FILENO).unwrap_or((100, 40))
 }
 
 /// The pane under the view: a rule, then the program's last `rows` lines, cut to the width.
