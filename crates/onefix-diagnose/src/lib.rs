@@ -26,4 +26,4 @@ pub use kb::KnowledgeBase;
 pub use kind::Kind;
 pub use memory::{diagnose_memory, MemoryOptions};
 pub use note::Note;
-pub use origin::{Origin, UserCode};
+pub use origin::{package_dirs, Exclusion, Origin, UserCode};

@@ -59,6 +59,8 @@ pub enum Note {
     },
     NoUserCode {
         dirs: String,
+        /// Where most of the time ran instead, and its share of the working threads' time.
+        instead: Option<(f64, crate::origin::Exclusion)>,
     },
     /// Python threads waited for the GIL this share of the busy time (charged to its holders).
     GilQueue {
@@ -141,8 +143,19 @@ impl fmt::Display for Note {
                 f,
                 "{percent:.0}% of the working threads' time is in native stacks cut short before they reached your code (a frame larger than the stack bytes copied per sample, see --stack-bytes, or code without unwind information), so it is charged to no line"
             ),
-            Note::NoUserCode { dirs } => {
-                write!(f, "no sample ran in your code (taken to be under {dirs}); pass --user-code DIR to say where it is")
+            Note::NoUserCode { dirs, instead } => {
+                write!(f, "no sample ran in your code (taken to be under {dirs})")?;
+                match instead {
+                    Some((percent, crate::origin::Exclusion::Package { dir, name })) => write!(
+                        f,
+                        "; {percent:.0}% of the time ran in the installed package `{name}` ({dir}), which is never taken as your code unless you name it: --package {name} or --user-code {dir}"
+                    ),
+                    Some((percent, crate::origin::Exclusion::Stdlib { dir })) => write!(
+                        f,
+                        "; {percent:.0}% of the time ran in the standard library ({dir}), which is never taken as your code unless you name a directory of it with --user-code"
+                    ),
+                    None => f.write_str("; pass --user-code DIR to say where it is"),
+                }
             }
             Note::GilQueue { percent } => write!(
                 f,

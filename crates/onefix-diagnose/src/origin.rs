@@ -18,6 +18,10 @@ pub enum Origin {
 #[derive(Clone, Debug, Default)]
 pub struct UserCode {
     dirs: Vec<PathBuf>,
+    /// The user directories that lie inside a tree never taken as the user's by default (an
+    /// installed package, the standard library): naming one is an explicit choice, the
+    /// maintainer's view of that package, and wins over the exclusion.
+    claimed: Vec<PathBuf>,
     /// Relative file names in frames are resolved against this (the target's working directory).
     base: Option<PathBuf>,
 }
@@ -38,7 +42,9 @@ const STDLIB_MARKERS: &[&str] = &["/rustc/", "/usr/lib/go", "/usr/local/go/src/"
 impl UserCode {
     /// User code lives under `dirs`; relative frame paths resolve against `base`.
     pub fn new<P: AsRef<Path>>(dirs: impl IntoIterator<Item = P>, base: Option<&Path>) -> UserCode {
-        UserCode { dirs: dirs.into_iter().map(|d| normalize(d.as_ref())).collect(), base: base.map(normalize) }
+        let dirs: Vec<PathBuf> = dirs.into_iter().map(|d| normalize(d.as_ref())).collect();
+        let claimed = dirs.iter().filter(|d| is_excluded_by_default(&format!("{}/", d.display()))).cloned().collect();
+        UserCode { dirs, claimed, base: base.map(normalize) }
     }
 
     /// The user code a recording says it has: the directories it was recorded with, relative
@@ -92,6 +98,13 @@ impl UserCode {
                 return Origin::Runtime;
             }
         }
+        if !self.claimed.is_empty() {
+            if let Some(path) = self.resolve(file) {
+                if self.claimed.iter().any(|d| path.starts_with(d)) && is_plausible_source(file, frame.line) {
+                    return Origin::User;
+                }
+            }
+        }
         if THIRD_PARTY_MARKERS.iter().any(|m| file.contains(m)) {
             return Origin::ThirdParty;
         }
@@ -107,6 +120,147 @@ impl UserCode {
             _ => Origin::ThirdParty,
         }
     }
+}
+
+/// Why a file is not taken as the user's code by default, and the directory a user would name
+/// to claim it (`--user-code`), for the note that says so.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Exclusion {
+    /// An installed package; the directory is the package's own (`…/site-packages/multipart`).
+    Package { dir: String, name: String },
+    /// A language's standard library; the directory is the library's root.
+    Stdlib { dir: String },
+}
+
+impl Exclusion {
+    pub fn dir(&self) -> &str {
+        match self {
+            Exclusion::Package { dir, .. } | Exclusion::Stdlib { dir } => dir,
+        }
+    }
+
+    /// The exclusion a path falls under, if any.
+    pub fn of_path(file: &str) -> Option<Exclusion> {
+        for marker in THIRD_PARTY_MARKERS {
+            if let Some(i) = file.rfind(marker) {
+                let root = i + marker.len();
+                let rest: Vec<&str> = file[root..].split('/').collect();
+                // How many directories under the marker name one package: a crate's
+                // `src/index…/name-1.2.3`, a git checkout's `checkouts/name-hash/rev`, a Go
+                // module's path up to its `@version`, an npm `@scope/name`, else one.
+                let depth = match *marker {
+                    "/.cargo/registry/" => 3,
+                    "/.cargo/git/" => 3,
+                    "/go/pkg/mod/" => rest.iter().position(|c| c.contains('@')).map_or(1, |i| i + 1),
+                    "/node_modules/" if rest.first().is_some_and(|c| c.starts_with('@')) => 2,
+                    _ => 1,
+                };
+                if rest.len() < depth || rest[..depth].iter().any(|c| c.is_empty()) {
+                    continue;
+                }
+                let dir = format!("{}{}", &file[..root], rest[..depth].join("/"));
+                let last = rest[depth - 1];
+                let name = match *marker {
+                    "/.cargo/registry/" => last.rsplit_once('-').map_or(last, |(n, _)| n),
+                    "/.cargo/git/" => rest[1].rsplit_once('-').map_or(rest[1], |(n, _)| n),
+                    "/go/pkg/mod/" => last.split('@').next().unwrap_or(last),
+                    _ => last.trim_end_matches(".py"),
+                };
+                let name = name.to_owned();
+                return Some(Exclusion::Package { dir, name });
+            }
+        }
+        if let Some(root) = python_lib_root(file) {
+            return Some(Exclusion::Stdlib { dir: file[..root].trim_end_matches('/').to_owned() });
+        }
+        for marker in STDLIB_MARKERS {
+            if let Some(i) = file.find(marker) {
+                return Some(Exclusion::Stdlib { dir: file[..i + marker.len()].trim_end_matches('/').to_owned() });
+            }
+        }
+        None
+    }
+}
+
+/// The directories of the installed packages named `names` (`--package`) among the files a
+/// recording's frames ran in: an import name (`multipart`), a distribution's name as installed
+/// (`python-multipart`, read from its `*.dist-info`), a crate's or a Go module's name. Returns
+/// the directories, and the names that matched no frame.
+pub fn package_dirs<'a>(files: impl IntoIterator<Item = &'a str>, names: &[String]) -> (Vec<PathBuf>, Vec<String>) {
+    let wanted: Vec<String> = names.iter().map(|n| normalize_package_name(n)).collect();
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut matched = vec![false; names.len()];
+    let mut seen_dirs = std::collections::HashSet::new();
+    // Distribution names by import name, per site-packages directory, read once.
+    let mut distributions: std::collections::HashMap<PathBuf, Vec<(String, String)>> = Default::default();
+    for file in files {
+        let Some(Exclusion::Package { dir, name }) = Exclusion::of_path(file) else { continue };
+        if !seen_dirs.insert(dir.clone()) {
+            continue;
+        }
+        let dir = PathBuf::from(dir);
+        let import = normalize_package_name(&name);
+        let installed_as: Vec<String> = match dir.parent() {
+            Some(parent) if parent.ends_with("site-packages") || parent.ends_with("dist-packages") => distributions
+                .entry(parent.to_path_buf())
+                .or_insert_with(|| distribution_names(parent))
+                .iter()
+                .filter(|(_, top)| normalize_package_name(top) == import)
+                .map(|(dist, _)| normalize_package_name(dist))
+                .collect(),
+            _ => Vec::new(),
+        };
+        for (i, w) in wanted.iter().enumerate() {
+            if *w == import || installed_as.contains(w) {
+                matched[i] = true;
+                if !found.contains(&dir) {
+                    found.push(dir.clone());
+                }
+            }
+        }
+    }
+    let unmatched = names.iter().zip(&matched).filter(|(_, m)| !**m).map(|(n, _)| n.clone()).collect();
+    (found, unmatched)
+}
+
+/// PEP 503's normal form, which also equates an import name's `_` with a distribution's `-`.
+fn normalize_package_name(name: &str) -> String {
+    name.to_ascii_lowercase().replace(['-', '.'], "_")
+}
+
+/// (distribution, top-level import name) of every `*.dist-info` in a site-packages directory,
+/// from its `top_level.txt`, else the first directories its `RECORD` lists.
+fn distribution_names(site_packages: &Path) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(site_packages) else { return out };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(stem) = file_name.to_str().and_then(|n| n.strip_suffix(".dist-info")) else { continue };
+        // `python_multipart-0.0.17.dist-info`: the name is before the version.
+        let dist = stem.split_once('-').map_or(stem, |(n, _)| n).to_owned();
+        let tops: Vec<String> = match std::fs::read_to_string(entry.path().join("top_level.txt")) {
+            Ok(text) => text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_owned).collect(),
+            Err(_) => std::fs::read_to_string(entry.path().join("RECORD"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.split(',').next())
+                .filter_map(|path| path.split_once('/').map(|(top, _)| top))
+                .filter(|top| !top.ends_with(".dist-info") && !top.starts_with("__") && !top.starts_with(".."))
+                .map(str::to_owned)
+                .collect(),
+        };
+        for top in tops {
+            if !out.contains(&(dist.clone(), top.clone())) {
+                out.push((dist.clone(), top));
+            }
+        }
+    }
+    out
+}
+
+/// Whether a path lies in a tree never taken as the user's code by default.
+fn is_excluded_by_default(path: &str) -> bool {
+    THIRD_PARTY_MARKERS.iter().chain(STDLIB_MARKERS).any(|m| path.contains(m)) || python_lib_root(path).is_some()
 }
 
 /// A torn read can yield garbage names (`__doc__`, stray bytes) and lines: a user's frame is a
@@ -212,5 +366,50 @@ mod tests {
             "an extension module is the runtime's"
         );
         assert_eq!(UserCode::new(["/src"], Some(Path::new("/src"))).origin(&relative), Origin::Runtime);
+    }
+
+    #[test]
+    fn a_named_package_directory_is_user_code_though_installed() {
+        let site = "/srv/app/.venv/lib/python3.11/site-packages";
+        let user = UserCode::new([format!("{site}/multipart")], Some(Path::new("/srv/app")));
+        assert_eq!(user.origin(&py(&format!("{site}/multipart/multipart.py"))), Origin::User);
+        assert_eq!(user.origin(&py(&format!("{site}/httpx/_client.py"))), Origin::ThirdParty, "only the one named");
+        let stdlib = UserCode::new(["/usr/lib/python3.11/json"], None);
+        assert_eq!(stdlib.origin(&py("/usr/lib/python3.11/json/decoder.py")), Origin::User);
+        assert_eq!(stdlib.origin(&py("/usr/lib/python3.11/ssl.py")), Origin::Stdlib);
+        // The project's own directory does not claim the venv inside it.
+        let project = UserCode::new(["/srv/app"], Some(Path::new("/srv/app")));
+        assert_eq!(project.origin(&py(&format!("{site}/multipart/multipart.py"))), Origin::ThirdParty);
+        let mut krate = Frame::native("toml::de::parse", "/tmp/driver/target/release/driver");
+        krate.file = "/root/.cargo/registry/src/index.crates.io-0000/toml-0.5.1/src/de.rs".into();
+        krate.line = 40;
+        let maintainer = UserCode::new(["/root/.cargo/registry/src/index.crates.io-0000/toml-0.5.1"], None);
+        assert_eq!(maintainer.origin(&krate), Origin::User);
+    }
+
+    #[test]
+    fn an_exclusion_names_the_package_and_its_directory() {
+        let package = |dir: &str, name: &str| Some(Exclusion::Package { dir: dir.into(), name: name.into() });
+        assert_eq!(
+            Exclusion::of_path("/v/lib/python3.11/site-packages/multipart/multipart.py"),
+            package("/v/lib/python3.11/site-packages/multipart", "multipart")
+        );
+        assert_eq!(
+            Exclusion::of_path("/v/lib/python3.11/site-packages/six.py"),
+            package("/v/lib/python3.11/site-packages/six.py", "six")
+        );
+        assert_eq!(
+            Exclusion::of_path("/root/.cargo/registry/src/index.crates.io-0000/regex-automata-0.4.3/src/dfa.rs"),
+            package("/root/.cargo/registry/src/index.crates.io-0000/regex-automata-0.4.3", "regex-automata")
+        );
+        assert_eq!(
+            Exclusion::of_path("/root/go/pkg/mod/github.com/goccy/go-json@v0.10.2/decode.go"),
+            package("/root/go/pkg/mod/github.com/goccy/go-json@v0.10.2", "go-json")
+        );
+        assert_eq!(
+            Exclusion::of_path("/usr/lib/python3.11/json/decoder.py"),
+            Some(Exclusion::Stdlib { dir: "/usr/lib/python3.11".into() })
+        );
+        assert_eq!(Exclusion::of_path("/srv/app/main.py"), None);
     }
 }

@@ -97,9 +97,14 @@ pub struct OutputArgs {
     #[arg(long = "fail-on", value_name = "CONDITION", value_parser = parse_fail_on)]
     pub fail_on: Vec<onefix_diagnose::gate::FailOn>,
     /// Directory holding your own code (repeatable); default: the target's working directory
-    /// and the script's directory.
+    /// and the script's directory. A directory of an installed package or of the standard
+    /// library counts too: the maintainer's view of that code.
     #[arg(long = "user-code", value_name = "DIR")]
     pub user_code: Vec<PathBuf>,
+    /// An installed package to take as your code, by import, distribution or crate name
+    /// (repeatable): the maintainer's view, without finding its directory.
+    #[arg(long = "package", value_name = "NAME")]
+    pub packages: Vec<String>,
 }
 
 fn parse_fail_on(s: &str) -> Result<onefix_diagnose::gate::FailOn, String> {

@@ -27,14 +27,48 @@ impl From<ModeArg> for Mode {
 
 /// The user's code: `--user-code` when given, else what the recording says, else the target's
 /// working directory and the directory of the script it runs.
+/// With `--package`, the named packages' directories, alone or beside `--user-code`'s.
 pub fn user_code(profile: &Profile, args: &OutputArgs) -> UserCode {
-    if !args.user_code.is_empty() {
-        let base = profile.meta.target.cwd.as_deref().map(Path::new);
-        let dirs: Vec<PathBuf> =
-            args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())).collect();
-        return UserCode::new(dirs, base);
+    if args.user_code.is_empty() && args.packages.is_empty() {
+        return UserCode::of_recording(profile);
     }
-    UserCode::of_recording(profile)
+    let base = profile.meta.target.cwd.as_deref().map(Path::new);
+    let mut dirs: Vec<PathBuf> =
+        args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())).collect();
+    dirs.extend(package_dirs(profile, args).0);
+    UserCode::new(dirs, base)
+}
+
+/// The directories of `--package`'s names among the recording's frames, and the names that
+/// matched none.
+fn package_dirs(profile: &Profile, args: &OutputArgs) -> (Vec<PathBuf>, Vec<String>) {
+    if args.packages.is_empty() {
+        return (Vec::new(), Vec::new());
+    }
+    onefix_diagnose::package_dirs(profile.frames().iter().map(|f| f.file.as_str()), &args.packages)
+}
+
+/// Says, once, which `--package` names no recorded frame ran in, and which packages did run.
+pub fn warn_unmatched_packages(profile: &Profile, args: &OutputArgs) {
+    let (_, unmatched) = package_dirs(profile, args);
+    if unmatched.is_empty() {
+        return;
+    }
+    let mut seen: Vec<String> = profile
+        .frames()
+        .iter()
+        .filter_map(|f| match onefix_diagnose::Exclusion::of_path(&f.file) {
+            Some(onefix_diagnose::Exclusion::Package { name, .. }) => Some(name),
+            _ => None,
+        })
+        .collect();
+    seen.sort();
+    seen.dedup();
+    let seen = if seen.is_empty() { "none".to_owned() } else { seen.join(", ") };
+    eprintln!(
+        "onefix: --package {}: no recorded frame ran in an installed package of that name (packages that ran: {seen})",
+        unmatched.join(", ")
+    );
 }
 
 /// Default user-code directories for a target: its working directory and its script's.

@@ -277,6 +277,8 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
+        // Outside-user weight by stack: where the time went when none of it ran in user code.
+        let mut outside_by_stack: HashMap<Option<StackId>, u64> = HashMap::new();
         // Idle weight by the user line that waits: where a program that does nothing stalls.
         let mut idle_at: HashMap<usize, u64> = HashMap::new();
         // Reads that could not be charged (torn with no user frame, or empty), and the clean
@@ -343,6 +345,7 @@ impl Engine<'_> {
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
+                *outside_by_stack.entry(s.stack).or_default() += w;
                 if facts.cut_short {
                     cut_short += w;
                 }
@@ -650,7 +653,10 @@ impl Engine<'_> {
         }
         if self.lines.iter().all(|l| l.weight == 0) && busy_weight > 0 {
             let dirs: Vec<String> = self.user.dirs().iter().map(|d| d.display().to_string()).collect();
-            notes.push(Note::NoUserCode { dirs: dirs.join(", ") });
+            let instead = excluded_code_with_most_time(profile, &outside_by_stack)
+                .map(|(w, exclusion)| (share(w) * 100.0, exclusion))
+                .filter(|(percent, _)| *percent >= 10.0);
+            notes.push(Note::NoUserCode { dirs: dirs.join(", "), instead });
         }
 
         Diagnosis {
@@ -691,3 +697,34 @@ fn capitalize(s: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The package (or, failing any, the standard library) that the time outside user code ran
+/// in, by each stack's outermost frame in one: the code a maintainer would name with
+/// `--user-code` to see its lines.
+fn excluded_code_with_most_time(
+    profile: &Profile,
+    by_stack: &HashMap<Option<StackId>, u64>,
+) -> Option<(u64, crate::origin::Exclusion)> {
+    use crate::origin::Exclusion;
+    let mut weight: HashMap<Exclusion, u64> = HashMap::new();
+    for (&stack, &w) in by_stack {
+        let frames = profile.stack_frames_root_first(stack);
+        let exclusions = frames.iter().filter_map(|&f| Exclusion::of_path(&profile.frame(f).file));
+        let mut stdlib = None;
+        let mut package = None;
+        for e in exclusions {
+            match e {
+                Exclusion::Package { .. } => {
+                    package = Some(e);
+                    break;
+                }
+                Exclusion::Stdlib { .. } if stdlib.is_none() => stdlib = Some(e),
+                Exclusion::Stdlib { .. } => {}
+            }
+        }
+        if let Some(e) = package.or(stdlib) {
+            *weight.entry(e).or_default() += w;
+        }
+    }
+    weight.into_iter().map(|(e, w)| (w, e)).max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.dir().cmp(a.1.dir())))
+}
