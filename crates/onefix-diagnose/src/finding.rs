@@ -1,7 +1,8 @@
 use serde::Serialize;
 
-/// A library or runtime frame under a finding's line, with the share of the *recorded weight*
-/// spent under it (the same denominator as the finding's share).
+/// A library or runtime frame under a finding's line, with the share of the finding's weight
+/// spent under it (while the diagnosis runs, of the recorded weight, as the finding's share is;
+/// [`Finding::finish_texts`] turns it into the finding's part).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Evidence {
     /// Qualified name, e.g. `ssl.create_default_context` or `SSL_CTX_load_verify_locations`.
@@ -46,6 +47,10 @@ pub struct Finding {
     pub enclosing_loop: Option<String>,
     /// What [`Finding::max_speedup`] was computed over.
     pub gain_basis: GainBasis,
+    /// What the classifying entry calls the cost (`deep-copying objects`): the title's subject,
+    /// worded once the share is final.
+    #[serde(skip)]
+    pub what: String,
 }
 
 /// What a finding's gain bound rests on.
@@ -75,6 +80,47 @@ impl GainBasis {
 }
 
 impl Finding {
+    /// Takes in `added` more share, of which `added_explained` is the classified cost's: the
+    /// share and the part of it the title's subject explains move together.
+    pub fn absorb_share(&mut self, added: f64, added_explained: f64) {
+        let share = self.share + added;
+        if share > 0.0 {
+            self.explained = ((self.explained * self.share + added_explained) / share).clamp(0.0, 1.0);
+        }
+        self.share = share;
+    }
+
+    /// Words the title from the final share, and gives the evidence as shares of the finding,
+    /// by function, heaviest first: what a reader checks against the headline number.
+    /// `time` names what shares are of ("time of the threads with work", "CPU time").
+    pub fn finish_texts(&mut self, time: &str, max_evidence: usize) {
+        let place = format!("{}:{}", onefix_model::fmt::file_name(&self.file), self.line);
+        let percent = self.share * 100.0;
+        self.title = if self.what.is_empty() {
+            format!("{place} takes {percent:.0}% of the {time}")
+        } else if self.explained >= MOSTLY_EXPLAINED {
+            format!("{} takes {percent:.0}% of the {time} under {place}", capitalize(&self.what))
+        } else {
+            format!("{place} takes {percent:.0}% of the {time}; {} is {:.0}% of it", self.what, self.explained * 100.0)
+        };
+        let mut by_function: Vec<Evidence> = Vec::with_capacity(self.evidence.len());
+        for e in self.evidence.drain(..) {
+            match by_function.iter_mut().find(|x| x.frame == e.frame) {
+                Some(x) => x.share += e.share,
+                None => by_function.push(e),
+            }
+        }
+        if self.share > 0.0 {
+            for e in &mut by_function {
+                e.share = (e.share / self.share).min(1.0);
+            }
+        }
+        // Stable: equal shares keep the order the rules gave them (the call that waits first).
+        by_function.sort_by(|a, b| b.share.total_cmp(&a.share));
+        by_function.truncate(max_evidence);
+        self.evidence = by_function;
+    }
+
     /// The 95% interval of [`Finding::max_speedup`] from sampling alone: the bound rests on
     /// the part of the run outside the line, `1 / bound` of `bound_weight` samples, so near a
     /// share of 1 a handful of samples moves it a lot. Wilson's interval for that fraction,
@@ -86,6 +132,18 @@ impl Finding {
         }
         let (lo, hi) = wilson(1.0 / bound, self.bound_weight as f64);
         Some((1.0 / hi, (lo > 0.0).then(|| 1.0 / lo)))
+    }
+}
+
+/// From this part of a finding's share explained by its entry, the title names the entry as
+/// the cost; below it, the line's share leads and the entry's part is said as a part.
+const MOSTLY_EXPLAINED: f64 = 0.8;
+
+fn capitalize(s: &str) -> String {
+    let mut c = s.chars();
+    match c.next() {
+        Some(first) => first.to_uppercase().chain(c).collect(),
+        None => String::new(),
     }
 }
 
@@ -183,6 +241,7 @@ mod tests {
             explained: 1.0,
             enclosing_loop: None,
             gain_basis: GainBasis::BusyShare,
+            what: String::new(),
         }
     }
 

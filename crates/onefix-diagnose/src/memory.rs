@@ -285,6 +285,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             explained: 1.0,
             enclosing_loop: None,
             gain_basis: crate::GainBasis::None,
+            what: String::new(),
         });
     }
 
@@ -421,6 +422,7 @@ fn allocating_line_finding(
         explained: 1.0,
         enclosing_loop: None,
         gain_basis: crate::GainBasis::None,
+        what: String::new(),
     }
 }
 

@@ -201,7 +201,12 @@ impl Summary<'_> {
         if !f.evidence.is_empty() {
             let under: Vec<String> =
                 f.evidence.iter().take(EVIDENCE_SHOWN).map(|e| format!("{} {}", e.frame, percent(e.share))).collect();
-            lines.extend(wrap(&under.join(", "), &format!("{INDENT}under it: "), INDENT, self.opts.width));
+            lines.extend(wrap(
+                &under.join(", "),
+                &format!("{INDENT}under it (of this line's time): "),
+                INDENT,
+                self.opts.width,
+            ));
         }
         // A profile without sample times cannot tell when the line ran: nothing is said.
         let seen =

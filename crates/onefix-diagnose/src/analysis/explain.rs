@@ -226,18 +226,8 @@ impl Engine<'_> {
             (Some(at), k) if k != Kind::SerialIo => format!("{fix} (the loop is at {at})"),
             _ => fix,
         };
-        let explained_share = best.map(|(_, w)| share(w)).unwrap_or(line_share);
-        let title = format!(
-            "{} takes {:.0}% of the {} under {}:{}",
-            capitalize(&what),
-            explained_share * 100.0,
-            match mode {
-                Mode::Wall => "time of the threads with work",
-                Mode::Cpu => "CPU time",
-            },
-            short(&frame.file),
-            frame.line
-        );
+        // The title is worded once the share is final (after the findings that are one thing
+        // to change are folded together): see `Finding::finish_texts`.
         evidence.truncate(MAX_EVIDENCE);
         let amdahl = match path {
             Some(path) => path.speedup(&[l]),
@@ -281,7 +271,7 @@ impl Engine<'_> {
             max_speedup,
             bound_weight: path.map_or(stretch.busy, |p| p.samples()),
             explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
-            title,
+            title: String::new(),
             advice,
             why,
             evidence,
@@ -289,6 +279,7 @@ impl Engine<'_> {
             rule,
             enclosing_loop,
             gain_basis: if path.is_some() { GainBasis::CriticalPath } else { GainBasis::BusyShare },
+            what,
         }
     }
 

@@ -27,7 +27,7 @@ impl Engine<'_> {
             let c = if c > i { c - 1 } else { c };
             let target = &mut findings[c];
             // Only the part of the effect's line that the caused entry explains goes away.
-            target.share += effect.share * effect.explained;
+            target.absorb_share(effect.share * effect.explained, effect.share * effect.explained);
             target.max_speedup = combine(target.max_speedup, effect.max_speedup, effect.explained);
             target.bound_weight = target.bound_weight.max(effect.bound_weight);
             let effect_what = self
@@ -81,8 +81,7 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
         let kept = findings[k].clone();
         let (first, second) = if other.line < kept.line { (other, kept) } else { (kept, other) };
         let (first, second) = if first.share < MINOR_LINE * second.share { (second, first) } else { (first, second) };
-        findings[k] = Finding {
-            share: first.share + second.share,
+        let mut joined = Finding {
             max_speedup: combine(first.max_speedup, second.max_speedup, 1.0),
             bound_weight: first.bound_weight.max(second.bound_weight),
             why: format!("{}; the same work goes on at line {} ({:.0}%)", first.why, second.line, second.share * 100.0),
@@ -91,8 +90,10 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
                 join_evidence(&mut evidence, second.evidence.iter().cloned());
                 evidence
             },
-            ..first
+            ..first.clone()
         };
+        joined.absorb_share(second.share, second.share * second.explained);
+        findings[k] = joined;
     }
 }
 
@@ -127,7 +128,8 @@ pub(super) fn fold_loop_headers(findings: &mut Vec<Finding>) {
         let b = if b > i { b - 1 } else { b };
         let target = &mut findings[b];
         if target.kind == Kind::HotLoopCompute {
-            target.share += header.share;
+            let explained = if target.rule == header.rule { header.share * header.explained } else { 0.0 };
+            target.absorb_share(header.share, explained);
             target.max_speedup = combine(target.max_speedup, header.max_speedup, 1.0);
             target.bound_weight = target.bound_weight.max(header.bound_weight);
         }
@@ -160,6 +162,7 @@ mod loop_header_tests {
             rule: "self-time".into(),
             explained: 1.0,
             enclosing_loop: enclosing_loop.map(str::to_owned),
+            what: String::new(),
             gain_basis: GainBasis::BusyShare,
         }
     }

@@ -564,7 +564,8 @@ impl Engine<'_> {
             }
             // Several lines repeated by one loop are one finding at that loop.
             if let Some(prev) = findings.iter_mut().find(|f| f.file == finding.file && f.line == finding.line) {
-                prev.share += finding.share;
+                let explained = if prev.rule == finding.rule { finding.share * finding.explained } else { 0.0 };
+                prev.absorb_share(finding.share, explained);
                 // Amdahl over the two lines' steady shares, recovered from their bounds; on the
                 // critical path, the bound already removed every frame of this source line.
                 prev.max_speedup = match finding.gain_basis {
@@ -589,8 +590,13 @@ impl Engine<'_> {
         } else {
             findings.sort_by(|a, b| b.share.total_cmp(&a.share));
         }
+        let time = match mode {
+            Mode::Wall => "time of the threads with work",
+            Mode::Cpu => "CPU time",
+        };
         for (i, f) in findings.iter_mut().enumerate() {
             f.rank = i + 1;
+            f.finish_texts(time, MAX_EVIDENCE);
         }
 
         let share_of = match mode {
@@ -686,14 +692,6 @@ impl Engine<'_> {
 }
 
 use onefix_model::fmt::file_name as short;
-
-fn capitalize(s: &str) -> String {
-    let mut c = s.chars();
-    match c.next() {
-        Some(first) => first.to_uppercase().collect::<String>() + c.as_str(),
-        None => String::new(),
-    }
-}
 
 #[cfg(test)]
 mod tests;
