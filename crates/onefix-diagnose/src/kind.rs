@@ -21,6 +21,11 @@ pub enum Kind {
     BlockingWait,
     HotLoopCompute,
     HotCall,
+    Logging,
+    Filesystem,
+    RegexMatching,
+    RepeatedWalk,
+    Quadratic,
     Idle,
     MemoryRetention,
     MemoryPeak,
@@ -28,7 +33,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 21] = [
         Kind::RepeatedSetup,
         Kind::NewConnectionPerRequest,
         Kind::SerialIo,
@@ -41,6 +46,11 @@ impl Kind {
         Kind::BlockingWait,
         Kind::HotLoopCompute,
         Kind::HotCall,
+        Kind::Logging,
+        Kind::Filesystem,
+        Kind::RegexMatching,
+        Kind::RepeatedWalk,
+        Kind::Quadratic,
         Kind::Idle,
         Kind::MemoryRetention,
         Kind::MemoryPeak,
@@ -62,6 +72,11 @@ impl Kind {
             Kind::BlockingWait => "blocking-wait",
             Kind::HotLoopCompute => "hot-loop-compute",
             Kind::HotCall => "hot-call",
+            Kind::Logging => "logging",
+            Kind::Filesystem => "filesystem",
+            Kind::RegexMatching => "regex-matching",
+            Kind::RepeatedWalk => "repeated-walk",
+            Kind::Quadratic => "quadratic",
             Kind::Idle => "idle",
             Kind::MemoryRetention => "memory-retention",
             Kind::MemoryPeak => "memory-peak",

@@ -70,9 +70,15 @@ impl Engine<'_> {
         let (weight, self_weight, blocked, frame_id) = (acc.weight, acc.self_weight, acc.blocked, acc.frame);
         let frame = profile.frame(frame_id).clone();
 
+        // Of the entries under at least half the heaviest one's weight, the one listed first in
+        // the knowledge base: entries are listed specific first (compiling a pattern before
+        // matching one), and a specific cost inside a general one (the compile inside
+        // `re.search`) is what the time is spent on.
+        let heaviest = entry_weight.values().copied().max().unwrap_or(0);
         let best = entry_weight
             .iter()
-            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+            .filter(|(_, &w)| w * 2 >= heaviest)
+            .min_by_key(|(&e, _)| e)
             .map(|(&e, &w)| (e, w))
             .filter(|&(_, w)| w as f64 >= ENTRY_EXPLAINS * weight as f64);
 
