@@ -34,6 +34,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("cpu-cap", &["why", "cpu_seconds", "stretch_seconds", "cpus", "cap"]),
     ("holds-lock", &["why", "fix", "lock_at", "waits_percent"]),
     ("holds-gil", &["why", "fix", "waits_percent"]),
+    ("repeated-walk", &["walk_at", "walk_code", "function", "part"]),
+    ("loop-iteration", &["loop_at", "lines", "parts"]),
 ];
 
 pub(crate) struct Builtins {

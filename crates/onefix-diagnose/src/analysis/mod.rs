@@ -23,6 +23,7 @@ mod merge;
 mod rules;
 mod threads;
 mod waits;
+mod walk;
 use bound::{combine, join_evidence, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
 
@@ -578,6 +579,14 @@ impl Engine<'_> {
                 continue;
             }
             findings.push(finding);
+        }
+        // The gain of removing a part of some lines' weight, on the basis the findings use.
+        let part_gain = |lines: &[usize], (first, last): (u64, u64), removed: u64, part: f64| match path.as_ref() {
+            Some(p) => p.speedup(lines).and_then(|full| speedup((1.0 - 1.0 / full) * part)),
+            None => speedup(removed as f64 / busy_between(first, last).busy.max(1) as f64),
+        };
+        if !mostly_waiting && !too_few {
+            self.fold_walks(&mut findings, &share, &part_gain);
         }
         merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
         self.merge_consequences(&mut findings);

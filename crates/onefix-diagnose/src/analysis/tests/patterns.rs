@@ -87,3 +87,67 @@ fn the_specific_cost_inside_a_general_one_names_the_line() {
     );
     assert_eq!((matching.kind.as_str(), matching.rule.as_str()), ("regex-matching", "regex-matching"), "{matching:?}");
 }
+
+/// A walk of a schema document held by the resolver, spread over the lines of its loop, started
+/// by two lookups: `source` is the module, `(caller line, share in tenths)` the lookups.
+fn walk_app(tag: &str, source: &str, lookups: &[(u32, u64)]) -> Diagnosis {
+    let (dir, app) = write_app(tag, source);
+    let mut b = Builder::new();
+    // The walk's lines: header 9, then 10, 11, 12 with about equal time.
+    let walk_lines = [9u32, 10, 11, 12];
+    for ms in 0..400u64 {
+        let tenth = ms % 10;
+        let mut acc = 0;
+        let caller = lookups.iter().find(|(_, t)| {
+            acc += t;
+            tenth < acc
+        });
+        let stack: Vec<(&str, &str, u32)> = match caller {
+            Some(&(line, _)) => vec![
+                ("<module>", &app, 30),
+                ("Resolver.resolve", &app, line),
+                ("Resolver._walk", &app, walk_lines[(ms / 10 % 4) as usize]),
+            ],
+            None => vec![("<module>", &app, 30), ("Resolver.resolve", &app, 20)],
+        };
+        b.add(1, ms * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    d
+}
+
+const RESOLVER: &str = "from collections import deque\n\nclass Resolver:\n    def __init__(self, referrer):\n        self.referrer = referrer\n\n    def _walk(self, schema, key):\n        values = deque([schema])\n        while values:\n            each = values.pop()\n            if isinstance(each, dict) and key in each:\n                values.extendleft(each.values())\n\n    def resolve(self, ref):\n        for found in self._walk(self.referrer, '$id'):\n            pass\n        for found in self._walk(self.referrer, ref):\n            pass\n        return ref.split('/')\n\n";
+
+#[test]
+fn a_walk_of_long_lived_state_started_per_call_is_named_at_the_line_that_starts_it() {
+    // Lines 15 and 17 start the walk over self.referrer: 50% and 30% of the run.
+    let d = walk_app("walk-callers", RESOLVER, &[(15, 5), (17, 3)]);
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str()), (15, "repeated-walk"), "{:#?}", d.findings);
+    assert!((f.share - 0.5).abs() < 0.03, "{f:?}");
+    assert!(f.evidence[0].frame.contains("while values:"), "the walk is the evidence: {:?}", f.evidence);
+    assert!(f.advice.contains("cache") && f.advice.contains("index"), "{}", f.advice);
+    let second = &d.findings[1];
+    assert_eq!((second.line, second.kind.as_str()), (17, "repeated-walk"), "{:#?}", d.findings);
+    assert!(!d.findings.iter().any(|f| (9..=12).contains(&f.line)), "the walk's lines are not findings of their own");
+}
+
+#[test]
+fn a_loop_over_the_calls_own_argument_is_one_finding_at_the_loop() {
+    // The same walk over a value the caller builds for the call: per-call work, which no cache
+    // saves. Its lines are one finding, at the loop.
+    let per_call = RESOLVER
+        .replace("self._walk(self.referrer, '$id')", "self._walk(make(ref), '$id')")
+        .replace("self._walk(self.referrer, ref)", "self._walk(make(ref), ref)");
+    let d = walk_app("walk-per-call", &per_call, &[(15, 8)]);
+    let f = &d.findings[0];
+    assert_eq!(
+        (f.line, f.kind.as_str(), f.rule.as_str()),
+        (9, "hot-loop-compute", "loop-iteration"),
+        "{:#?}",
+        d.findings
+    );
+    assert!((f.share - 0.8).abs() < 0.03, "{f:?}");
+    assert!(!d.findings.iter().any(|f| (10..=12).contains(&f.line)), "{:#?}", d.findings);
+}
