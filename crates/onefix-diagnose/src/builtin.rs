@@ -36,6 +36,9 @@ const RULES: &[(&str, &[&str])] = &[
     ("holds-gil", &["why", "fix", "waits_percent"]),
     ("repeated-walk", &["walk_at", "walk_code", "function", "part"]),
     ("loop-iteration", &["loop_at", "lines", "parts"]),
+    ("rescan-growing", &["var", "grow_at"]),
+    ("recursion-rescan", &["function", "depth"]),
+    ("append-copy", &["var"]),
 ];
 
 pub(crate) struct Builtins {

@@ -44,6 +44,7 @@ impl Engine<'_> {
         acc.first_us = acc.first_us.min(s.time_us);
         acc.last_us = acc.last_us.max(s.time_us);
         acc.windows[window / 64] |= 1 << (window % 64);
+        acc.thirds[third(window as u64, nwindows)] += w;
         *acc.by_stack.entry((stack, running)).or_default() += w;
     }
 

@@ -19,6 +19,7 @@ mod charge;
 mod critical;
 mod explain;
 mod facts;
+mod growth;
 mod merge;
 mod rules;
 mod threads;
@@ -174,6 +175,8 @@ struct LineAcc {
     /// Other threads' waits charged here because this line held what they waited for (a lock,
     /// the GIL), by the line they waited at and what they waited for (waits.rs).
     caused: HashMap<(usize, waits::Cause), u64>,
+    /// Weight in each third of the run: whether the line's share grows as the run goes on.
+    thirds: [u64; 3],
 }
 
 /// Clean reads charged to a line, by their innermost frame, its function and its file, with
@@ -586,6 +589,13 @@ impl Engine<'_> {
             None => speedup(removed as f64 / busy_between(first, last).busy.max(1) as f64),
         };
         if !mostly_waiting && !too_few {
+            // Growth first: a line whose work grows with the input is its own finding, not a
+            // step of its loop's iteration.
+            let mut busy_thirds = [0u64; 3];
+            for &(t, w, _) in &busy_timeline {
+                busy_thirds[third(t / window_us, nwindows)] += w;
+            }
+            self.find_growth(&mut findings, busy_thirds);
             self.fold_walks(&mut findings, &share, &part_gain);
         }
         merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
@@ -701,6 +711,11 @@ impl Engine<'_> {
 }
 
 use onefix_model::fmt::file_name as short;
+
+/// Which third of the run a window is in.
+fn third(window: u64, nwindows: usize) -> usize {
+    ((window as usize * 3) / nwindows.max(1)).min(2)
+}
 
 #[cfg(test)]
 mod tests;

@@ -151,3 +151,57 @@ fn a_loop_over_the_calls_own_argument_is_one_finding_at_the_loop() {
     assert!((f.share - 0.8).abs() < 0.03, "{f:?}");
     assert!(!d.findings.iter().any(|f| (10..=12).contains(&f.line)), "{:#?}", d.findings);
 }
+
+const DECODER: &str = "class Decoder:\n    def __init__(self):\n        self.buffer = bytearray()\n\n    def receive(self, data):\n        self.buffer.extend(data)\n\n    def parse(self):\n        if self.buffer.find(b'--' + self.boundary) == -1:\n            return None\n        return self.buffer.split(b'\\r\\n')\n\ndef nest(text, depth):\n    at = text.find('(')\n    if at < 0 or depth > 50:\n        return depth\n    return nest(text, depth + 1)\n\ndef render(parts):\n    out = Page()\n    for p in parts:\n        out.text += p\n    return out\n";
+
+/// 80% of the run at one line of the decoder, `stack` around it.
+fn decoder_at(tag: &str, stack: impl Fn(&str, u64) -> Vec<(String, u32)>) -> Diagnosis {
+    let (dir, app) = write_app(tag, DECODER);
+    let mut b = Builder::new();
+    for ms in 0..600u64 {
+        let frames: Vec<(String, u32)> =
+            if ms % 10 < 8 { stack(&app, ms) } else { vec![("<module>".into(), 40), ("other".into(), 41)] };
+        let named: Vec<(&str, &str, u32)> = frames.iter().map(|(f, l)| (f.as_str(), app.as_str(), *l)).collect();
+        b.add(1, ms * 10, true, &named);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    d
+}
+
+#[test]
+fn a_buffer_scanned_whole_as_it_grows_is_quadratic() {
+    let d = decoder_at("rescan", |_, _| vec![("<module>".into(), 40), ("Decoder.parse".into(), 9)]);
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (9, "quadratic", "rescan-growing"), "{f:?}");
+    assert!(f.why.contains("self.buffer") && f.why.contains("app.py:6"), "{}", f.why);
+}
+
+#[test]
+fn a_recursion_that_scans_its_input_at_every_level_is_quadratic_at_the_scan() {
+    let d = decoder_at("recursion", |_, ms| {
+        let depth = 3 + ms % 5;
+        let mut frames: Vec<(String, u32)> = vec![("<module>".into(), 40)];
+        frames.extend((0..depth).map(|_| ("nest".to_owned(), 17)));
+        frames.push(("nest".into(), 14));
+        frames
+    });
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (14, "quadratic", "recursion-rescan"), "{:#?}", d.findings);
+}
+
+#[test]
+fn an_append_by_copy_is_quadratic_only_when_its_share_grows() {
+    // The append's share grows from about a third to nearly all over the run.
+    let grows = decoder_at("append-grows", |_, ms| {
+        let line = if (ms * 7919) % 600 < 100 + ms * 4 / 5 { 22 } else { 21 };
+        vec![("<module>".into(), 40), ("render".into(), line)]
+    });
+    let f = grows.findings.iter().find(|f| f.line == 22).expect("the append");
+    assert_eq!((f.kind.as_str(), f.rule.as_str()), ("quadratic", "append-copy"), "{f:?}");
+    assert!(f.why.contains("rose from"), "{}", f.why);
+    // A steady share: an ordinary line of the loop.
+    let steady = decoder_at("append-steady", |_, _| vec![("<module>".into(), 40), ("render".into(), 22)]);
+    let f = steady.findings.iter().find(|f| f.line == 22).expect("the append");
+    assert_ne!(f.kind, "quadratic", "{f:?}");
+}
