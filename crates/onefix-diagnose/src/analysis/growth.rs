@@ -155,7 +155,7 @@ impl Engine<'_> {
 /// The line's share in the first and last thirds of the run, when it rises steadily by
 /// [`RISING`] or more over enough samples to say so.
 fn rising_share(line: [u64; 3], busy: [u64; 3]) -> Option<(f64, f64)> {
-    if line.iter().any(|&w| w < 10) || busy.iter().any(|&w| w == 0) {
+    if line.iter().any(|&w| w < 10) || busy.contains(&0) {
         return None;
     }
     let s: Vec<f64> = (0..3).map(|i| line[i] as f64 / busy[i] as f64).collect();
