@@ -22,6 +22,8 @@ impl Engine<'_> {
         let by_stack: Vec<((StackId, bool), u64)> = self.lines[l].by_stack.iter().map(|(k, v)| (*k, *v)).collect();
         let mut entry_weight: HashMap<u16, u64> = HashMap::new();
         let mut frame_incl: HashMap<FrameId, u64> = HashMap::new();
+        // Each function's depth below the line (1: called by the line), summed by weight.
+        let mut frame_depth: HashMap<FrameId, u64> = HashMap::new();
         let mut leaf_self: HashMap<FrameId, u64> = HashMap::new();
         // Callers by how far up they are (the line's function's caller first), by weight.
         let mut caller_weight: Vec<HashMap<FrameId, u64>> = Vec::new();
@@ -44,11 +46,13 @@ impl Engine<'_> {
             // By function, not by frame: a function seen at several of its lines is one piece of
             // evidence with all of its time.
             let mut seen = Vec::with_capacity(facts.beneath.len());
-            for &f in &facts.beneath {
+            let depth_of = facts.beneath.len() as u64;
+            for (at, &f) in facts.beneath.iter().enumerate().rev() {
                 let f = *function_frame.entry(function_of(f)).or_insert(f);
                 if !seen.contains(&f) {
                     seen.push(f);
                     *frame_incl.entry(f).or_default() += w;
+                    *frame_depth.entry(f).or_default() += (depth_of - at as u64) * w;
                 }
             }
             if let Some(&leaf) = facts.beneath.first() {
@@ -96,6 +100,17 @@ impl Engine<'_> {
             if let Some((&f, &w)) = top.filter(|(_, &w)| share(w) >= 0.01) {
                 self.push_evidence(&mut evidence, f, share(w));
             }
+        }
+        // Where the time under the line narrows to: the deepest function that still holds half
+        // of it, the library function a fix most likely changes.
+        let line_weight: u64 = by_stack.iter().map(|(_, w)| w).sum();
+        let narrowest = frame_incl
+            .iter()
+            .filter(|(_, &w)| w * 2 >= line_weight)
+            .map(|(&f, &w)| (f, w, frame_depth[&f] as f64 / w as f64))
+            .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.cmp(&a.0)));
+        if let Some((f, w, _)) = narrowest.filter(|&(_, _, depth)| depth >= 2.0) {
+            self.push_evidence(&mut evidence, f, share(w));
         }
         let mut leaves: Vec<(FrameId, u64)> = leaf_self.into_iter().collect();
         leaves.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
