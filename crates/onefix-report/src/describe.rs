@@ -90,18 +90,45 @@ fn shell_quote(arg: &str) -> String {
 /// A source path as the user would type it: relative to the target's working directory when
 /// it lies beneath it, as the target saw it otherwise.
 pub(crate) fn display_path<'a>(file: &'a str, cwd: Option<&str>) -> &'a str {
-    let Some(cwd) = cwd.filter(|c| !c.is_empty()) else {
-        return file;
-    };
-    file.strip_prefix(cwd)
-        .and_then(|rest| rest.strip_prefix('/').or(cwd.ends_with('/').then_some(rest)))
-        .filter(|rest| !rest.is_empty())
-        .unwrap_or(file)
+    let under_cwd = cwd.filter(|c| !c.is_empty()).and_then(|cwd| {
+        file.strip_prefix(cwd)
+            .and_then(|rest| rest.strip_prefix('/').or(cwd.ends_with('/').then_some(rest)))
+            .filter(|rest| !rest.is_empty())
+    });
+    under_cwd.or_else(|| within_package_tree(file)).unwrap_or(file)
+}
+
+/// An installed package's file from its package on (`jsonschema/validators.py`, a crate's
+/// `toml-0.5.3/src/de.rs`): the maintainer's view shows where in the package, not the venv.
+fn within_package_tree(file: &str) -> Option<&str> {
+    for marker in ["/site-packages/", "/dist-packages/", "/go/pkg/mod/"] {
+        if let Some(i) = file.rfind(marker) {
+            return Some(&file[i + marker.len()..]);
+        }
+    }
+    // `~/.cargo/registry/src/index.crates.io-…/toml-0.5.3/src/de.rs`: after the index's folder.
+    let i = file.find("/.cargo/registry/src/")?;
+    let rest = &file[i + "/.cargo/registry/src/".len()..];
+    rest.split_once('/').map(|(_, crate_path)| crate_path)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_installed_package_is_shown_from_the_package_on() {
+        assert_eq!(
+            display_path("/v/lib/python3.11/site-packages/jsonschema/validators.py", Some("/src")),
+            "jsonschema/validators.py"
+        );
+        assert_eq!(display_path("/src/app/main.py", Some("/src")), "app/main.py");
+        assert_eq!(
+            display_path("/root/.cargo/registry/src/index.crates.io-6f17/toml-0.5.3/src/de.rs", None),
+            "toml-0.5.3/src/de.rs"
+        );
+        assert_eq!(display_path("/opt/tool.py", Some("/src")), "/opt/tool.py");
+    }
 
     #[test]
     fn thousands_groups_by_three() {

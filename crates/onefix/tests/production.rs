@@ -45,6 +45,12 @@ fn a_memory_recording_killed_at_any_moment_keeps_what_came_before() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        // Counted from the target's start (it writes its pid first), not the profiler's: on a
+        // busy machine start-up alone can take a second.
+        let started = std::time::Instant::now();
+        while !pidfile.exists() && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         std::thread::sleep(Duration::from_millis(after));
         profiler.kill().unwrap();
         profiler.wait().unwrap();

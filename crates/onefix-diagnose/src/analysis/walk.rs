@@ -67,7 +67,10 @@ impl Engine<'_> {
             // One line holding most of the loop is the line to change; the header folds into it
             // (merge::fold_loop_headers).
             let spread = kept.first().is_some_and(|f| f.share < ONE_LINE_DOMINATES * share(walk.weight));
-            let loop_finding = if walk.findings.len() >= 2 && spread && rest >= MIN_FINDING_WEIGHT {
+            // What the callers leave of the walk is a finding of its own only when it is a
+            // good part of it: the walk's start-up paid by callers too small to name.
+            let rest_counts = made.is_empty() || rest as f64 >= CALLER_PART * walk.weight as f64;
+            let loop_finding = if walk.findings.len() >= 2 && spread && rest_counts && rest >= MIN_FINDING_WEIGHT {
                 Some(self.loop_finding(&walk, kept, rest, share, gain, b))
             } else if made.is_empty() {
                 None
@@ -272,8 +275,10 @@ impl Engine<'_> {
         gain: &Gain,
         b: &crate::builtin::Builtins,
     ) -> Finding {
+        // Each line's part of the loop's time.
+        let loop_share = share(walk.weight).max(1e-9);
         let parts: Vec<String> =
-            kept.iter().map(|f| format!("line {} {:.0}%", f.line, f.share * 100.0 / share(weight).max(1e-9))).collect();
+            kept.iter().map(|f| format!("line {} {:.0}%", f.line, f.share * 100.0 / loop_share)).collect();
         let id = "loop-iteration";
         let values = [
             ("loop_at", format!("{}:{}", short(&walk.file), walk.header)),
