@@ -103,11 +103,20 @@ impl Engine<'_> {
         }
         // Where the time under the line narrows to: the deepest function that still holds half
         // of it, the library function a fix most likely changes.
+        // A package's function before the standard library's or the runtime's under it (ron's
+        // `next_bytes_is_float`, not the `str::find` it calls): that is the code a maintainer
+        // changes.
         let line_weight: u64 = by_stack.iter().map(|(_, w)| w).sum();
-        let narrowest = frame_incl
+        let candidates: Vec<(FrameId, u64, f64, bool)> = frame_incl
             .iter()
             .filter(|(_, &w)| w * 2 >= line_weight)
-            .map(|(&f, &w)| (f, w, frame_depth[&f] as f64 / w as f64))
+            .map(|(&f, &w)| (f, w, frame_depth[&f] as f64 / w as f64, self.frame(f).origin == Origin::ThirdParty))
+            .collect();
+        let packaged = candidates.iter().any(|c| c.3);
+        let narrowest = candidates
+            .into_iter()
+            .filter(|c| c.3 || !packaged)
+            .map(|(f, w, depth, _)| (f, w, depth))
             .max_by(|a, b| a.2.total_cmp(&b.2).then(b.0.cmp(&a.0)));
         if let Some((f, w, _)) = narrowest.filter(|&(_, _, depth)| depth >= 2.0) {
             self.push_evidence(&mut evidence, f, share(w));
@@ -145,6 +154,13 @@ impl Engine<'_> {
             .collect();
         let compiled_call = called.iter().find(|n| !python_callees.contains(&n.rsplit('.').next().unwrap_or(n)));
         let b = crate::builtin::Builtins::get();
+        // A module's top level outside any loop runs once: a set-up there is not repeated by
+        // it, whatever the entry says of set-ups in general (one `jsonschema.validate` call).
+        let runs_once = frame.function == "<module>" && loop_here.is_none() && loop_in_caller.is_none();
+        let repeats = |e: u16| {
+            matches!(self.kb.entries[e as usize].spec.kind, Kind::RepeatedSetup | Kind::NewConnectionPerRequest)
+        };
+        let best = best.filter(|&(e, _)| !(runs_once && repeats(e)));
         let (kind, rule, what, why, fix) = match (best, compiled_call) {
             (Some((e, _)), _) => {
                 let spec = &self.kb.entries[e as usize].spec;

@@ -205,3 +205,24 @@ fn an_append_by_copy_is_quadratic_only_when_its_share_grows() {
     let f = steady.findings.iter().find(|f| f.line == 22).expect("the append");
     assert_ne!(f.kind, "quadratic", "{f:?}");
 }
+
+/// A schema built by one call at a module's top level is not repeated: the line runs once. The
+/// same call inside a loop is the set-up repeated per pass.
+#[test]
+fn a_set_up_at_a_modules_top_level_outside_loops_is_not_repeated() {
+    let pydantic = format!("{SITE}/pydantic/json_schema.py");
+    let run = |source: &str, line: u32| {
+        let (dir, app) = write_app("setup-once", source);
+        let mut b = Builder::new();
+        for ms in 0..200u64 {
+            b.add(1, ms * 10, true, &[("<module>", &app, line), ("GenerateJsonSchema.generate", &pydantic, 300)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let once = run("import pydantic\nschema = Model.model_json_schema()\n", 2);
+    assert_ne!(once.kind, "repeated-setup", "{once:?}");
+    let looped = run("import pydantic\nfor m in models:\n    schema = m.model_json_schema()\n", 3);
+    assert_eq!(looped.kind, "repeated-setup", "{looped:?}");
+}
