@@ -100,19 +100,22 @@ impl Engine<'_> {
         gain(&walk.lines, (first, last), (walk.weight as f64 * part) as u64, part)
     }
 
-    /// The loops of the user's code whose findings are their own iteration, each with its lines.
+    /// The loops of the user's code whose findings are their own iteration, each with its lines:
+    /// the lines of the loop's own function, and those of the small functions its body calls
+    /// (a walk that tests each node with `matcher(node)` spends its time in `matcher`).
     fn walks(&mut self, findings: &[Finding]) -> Vec<Walk> {
         let mut walks: Vec<Walk> = Vec::new();
         for (i, f) in findings.iter().enumerate() {
             if !ITERATION_RULES.contains(&f.rule.as_str()) {
                 continue;
             }
-            let Some(header) = self.own_loop(&f.file, f.line) else { continue };
-            match walks.iter_mut().find(|w| w.file == f.file && w.function == f.function && w.header == header) {
+            let Some(l) = self.line_index(&f.file, f.line, &f.function) else { continue };
+            let Some((file, function, header)) = self.loop_key(l) else { continue };
+            match walks.iter_mut().find(|w| w.file == file && w.function == function && w.header == header) {
                 Some(w) => w.findings.push(i),
                 None => walks.push(Walk {
-                    file: f.file.clone(),
-                    function: f.function.clone(),
+                    file,
+                    function,
                     header,
                     header_code: None,
                     lines: Vec::new(),
@@ -127,18 +130,34 @@ impl Engine<'_> {
                 if self.lines[l].weight == 0 {
                     continue;
                 }
-                let f = self.profile.frame(self.lines[l].frame);
-                if f.file != w.file || f.function != w.function {
-                    continue;
-                }
-                let (file, line) = (f.file.clone(), f.line);
-                if self.own_loop(&file, line) == Some(w.header) {
+                if self.loop_key(l).is_some_and(|(file, function, header)| {
+                    file == w.file && function == w.function && header == w.header
+                }) {
                     w.lines.push(l);
                     w.weight += self.lines[l].weight;
                 }
             }
         }
         walks
+    }
+
+    /// The loop a line's time is spent in: its own function's, or else the nearest caller's
+    /// (through its heaviest stack), as (file, function, header).
+    fn loop_key(&mut self, l: usize) -> Option<(String, String, u32)> {
+        let f = self.profile.frame(self.lines[l].frame).clone();
+        if let Some(header) = self.own_loop(&f.file, f.line) {
+            return Some((f.file, f.function, header));
+        }
+        let (&(stack, _), _) = self.lines[l].by_stack.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?;
+        let i = self.stacks[stack as usize]? as usize;
+        let callers = self.stack_facts[i].callers.clone();
+        for c in callers {
+            let c = self.profile.frame(c).clone();
+            if let Some(header) = self.own_loop(&c.file, c.line) {
+                return Some((c.file, c.function, header));
+            }
+        }
+        None
     }
 
     /// The loop of its own function a line is in: the innermost enclosing one, or the line
@@ -153,17 +172,27 @@ impl Engine<'_> {
         self.source.enclosing_loop(&path, line)
     }
 
-    /// The user lines outside the walk's function that start it, by the weight under each.
+    /// The user lines outside the walk's function that start it, by the weight under each: the
+    /// first caller above the walk's own frame.
     fn callers_starting(&mut self, walk: &Walk) -> Vec<(FrameId, u64)> {
         let mut by_caller: HashMap<FrameId, u64> = HashMap::new();
         for &l in &walk.lines {
+            let own = self.profile.frame(self.lines[l].frame);
+            let in_walk_function = own.file == walk.file && own.function == walk.function;
             let stacks: Vec<(StackId, u64)> = self.lines[l].by_stack.iter().map(|(&(s, _), &w)| (s, w)).collect();
             for (stack, w) in stacks {
                 let Some(i) = self.stacks[stack as usize] else { continue };
-                let caller = self.stack_facts[i as usize].callers.iter().copied().find(|&c| {
+                let mut past_walk = in_walk_function;
+                let mut caller = None;
+                for &c in &self.stack_facts[i as usize].callers {
                     let f = self.profile.frame(c);
-                    f.file != walk.file || f.function != walk.function
-                });
+                    if f.file == walk.file && f.function == walk.function {
+                        past_walk = true;
+                    } else if past_walk {
+                        caller = Some(c);
+                        break;
+                    }
+                }
                 if let Some(c) = caller {
                     *by_caller.entry(c).or_default() += w;
                 }

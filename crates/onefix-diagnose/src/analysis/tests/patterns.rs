@@ -226,3 +226,33 @@ fn a_set_up_at_a_modules_top_level_outside_loops_is_not_repeated() {
     let looped = run("import pydantic\nfor m in models:\n    schema = m.model_json_schema()\n", 3);
     assert_eq!(looped.kind, "repeated-setup", "{looped:?}");
 }
+
+/// A walk whose loop tests each node in a small function of its own: the test's time is the
+/// walk's, and the walk is still named where it is started.
+#[test]
+fn a_walk_that_calls_a_predicate_per_node_is_one_walk() {
+    let source = "from collections import deque\n\ndef matcher(value, key):\n    if key in value:\n        yield value\n\nclass Resolver:\n    def _walk(self, schema, key):\n        values = deque([schema])\n        while values:\n            each = values.pop()\n            yield from matcher(each, key)\n            values.extendleft(each.values())\n\n    def resolve(self, ref):\n        for found in self._walk(self.referrer, ref):\n            pass\n";
+    let (dir, app) = write_app("walk-predicate", source);
+    let mut b = Builder::new();
+    for ms in 0..400u64 {
+        let walk = |line: u32| {
+            vec![("<module>", app.as_str(), 30), ("Resolver.resolve", &app, 16), ("Resolver._walk", &app, line)]
+        };
+        let stack = match ms % 10 {
+            0..=4 => {
+                let mut s = walk(12);
+                s.push(("matcher", &app, 4));
+                s
+            }
+            5 | 6 => walk(11),
+            7 => walk(13),
+            _ => vec![("<module>", app.as_str(), 30), ("Resolver.resolve", &app, 17)],
+        };
+        b.add(1, ms * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str()), (16, "repeated-walk"), "{:#?}", d.findings);
+    assert!((f.share - 0.8).abs() < 0.03, "the predicate's time is the walk's: {f:?}");
+}
