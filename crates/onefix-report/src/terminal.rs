@@ -234,6 +234,20 @@ impl Summary<'_> {
                 b if b > 100.0 => format!("{INDENT}if this cost went away: more than 100x {gain}"),
                 b => format!("{INDENT}if this cost went away: up to {b:.1}x {gain}"),
             };
+            // A bound over the stretch of the run that repeats the line (start-up left out) is
+            // more than the headline share gives: say which part of the run it is of.
+            let whole_run_bound = if f.share < 1.0 { 1.0 / (1.0 - f.share) } else { f64::INFINITY };
+            if self.time_profile()
+                && f.gain_basis == onefix_diagnose::GainBasis::BusyShare
+                && bound > 1.1 * whole_run_bound
+            {
+                let part = (1.0 - 1.0 / bound) * 100.0;
+                let part = if part >= 99.5 { format!("{part:.1}") } else { format!("{part:.0}") };
+                gain.push_str(&format!(
+                    " (over the part of the run that repeats the line, after start-up, where it is {part}% of the time, not {:.0}%)",
+                    f.share * 100.0
+                ));
+            }
             // Near a share of 1 the bound rests on the few samples outside the line: say how
             // far sampling alone could move it when that is more than a tenth.
             match f.speedup_range() {

@@ -170,3 +170,18 @@ fn top_screen() {
     assert_eq!(out.lines().count(), 11, "{out}");
     assert!(out.contains("the target exited with 0; press q to quit"), "{out}");
 }
+
+/// A bound taken over the stretch of the run that repeats the line is more than its share of the
+/// whole run gives: the text says which part of the run the bound is of, so the two agree.
+#[test]
+fn a_bound_over_the_repeating_stretch_says_what_it_is_of() {
+    let mut diagnosis = updater_diagnosis();
+    // 58% of the whole run, but 90% of the stretch that repeats it: 10x.
+    diagnosis.findings[0].max_speedup = Some(10.0);
+    let out = render(|w| write_terminal(w, &updater_profile(), &diagnosis, &TerminalOptions::default()));
+    let said = out.replace('\n', " ").split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(said.contains("up to 10.0x faster (over the part of the run that repeats the line, after start-up, where it is 90% of the time, not 58%)"), "{out}");
+    // A bound from the share itself says nothing more.
+    let plain = render(|w| write_terminal(w, &updater_profile(), &updater_diagnosis(), &TerminalOptions::default()));
+    assert!(!plain.contains("part of the run that repeats"), "{plain}");
+}
