@@ -131,6 +131,50 @@ def build(bug_dir: pathlib.Path, bug: dict, variant: str, work: pathlib.Path) ->
     }
 
 
+PERF_TIMEOUT_S = 600
+PERF_RATE_HZ = 499
+
+
+def culprit_share(variant: dict, bug: dict, out_dir: pathlib.Path) -> float | None:
+    """The share of perf's samples (an independent sampler, DWARF call graphs, inlined frames
+    expanded) whose stack holds a fix line: the issue's bar is 30%. None when perf is missing
+    or recorded nothing.
+
+    perf names a frame's source by file name and line only, so a fix line matches a frame
+    with the same file name and line; the crate's other files rarely share both."""
+    perf = shutil.which("perf")
+    if perf is None:
+        return None
+    data = pathlib.Path(out_dir) / "perf.data"
+    record = [perf, "record", "-q", "-F", str(PERF_RATE_HZ), "-g", "--call-graph", "dwarf,32768",
+              "-o", str(data), "--", *variant["argv"]]
+    try:
+        subprocess.run(record, cwd=variant["cwd"], timeout=PERF_TIMEOUT_S,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        script = subprocess.run([perf, "script", "-i", str(data), "-F", "comm,ip,sym,srcline", "--inline"],
+                                capture_output=True, text=True, timeout=PERF_TIMEOUT_S)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+    finally:
+        data.unlink(missing_ok=True)
+    wanted = set()
+    for location in bug["fix_lines"]:
+        path, _, line = location.rpartition(":")
+        wanted.add(f"{pathlib.PurePath(path).name}:{line}")
+    total = hits = 0
+    # A sample is a header line, then one "ip symbol" line and one "file:line" line per frame,
+    # then a blank line.
+    for sample in script.stdout.split("\n\n"):
+        lines = sample.strip("\n").splitlines()
+        if not lines:
+            continue
+        total += 1
+        sources = {line.strip().split(" ")[0] for line in lines[1:] if not line.startswith("\t")}
+        if sources & wanted:
+            hits += 1
+    return hits / total if total else None
+
+
 if __name__ == "__main__":
     # Hand check: `crates.py BUG_DIR VARIANT WORK` builds one variant and prints the result.
     import sys
