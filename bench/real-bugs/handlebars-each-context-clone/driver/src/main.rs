@@ -4,7 +4,7 @@
 use handlebars::Handlebars;
 use serde_json::{json, Value};
 
-const ENTRIES: usize = 1_300;
+const ENTRIES: usize = 2_300;
 
 const PAGE: &str = "<h1>{{title}}</h1>\n<table>\n{{#each entries}}<tr><td>{{@index}}</td><td><a href=\"/u/{{this.user}}\">{{this.name}}</a></td><td>{{this.score}}</td></tr>\n{{/each}}</table>\n";
 
