@@ -64,9 +64,11 @@ def _copy_driver(driver: pathlib.Path, dest: pathlib.Path, version: str) -> str:
     return name
 
 
-def _last_line(text: str) -> str:
+def _cargo_error(text: str) -> str:
+    """Cargo's first `error:` line (its last lines are often hints), else its last line."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else "no output"
+    errors = [line for line in lines if line.startswith("error")]
+    return (errors or lines or ["no output"])[0 if errors else -1].rstrip(".")
 
 
 def _crate_source_dir(dest: pathlib.Path, crate: str, version: str, env: dict) -> str:
@@ -79,7 +81,7 @@ def _crate_source_dir(dest: pathlib.Path, crate: str, version: str, env: dict) -
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"cargo metadata for {crate} {version} took over {METADATA_TIMEOUT_S} s.") from None
     if done.returncode != 0:
-        raise RuntimeError(f"cargo metadata for {crate} {version} failed: {_last_line(done.stderr)}.")
+        raise RuntimeError(f"cargo metadata for {crate} {version} failed: {_cargo_error(done.stderr)}.")
     for package in json.loads(done.stdout)["packages"]:
         if package["name"] == crate and package["version"] == version:
             return str(pathlib.Path(package["manifest_path"]).parent)
@@ -118,7 +120,7 @@ def build(bug_dir: pathlib.Path, bug: dict, variant: str, work: pathlib.Path) ->
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"building the driver against {crate} {version} took over {BUILD_TIMEOUT_S} s.") from None
     if done.returncode != 0:
-        raise RuntimeError(f"building the driver against {crate} {version} failed: {_last_line(done.stderr)}.")
+        raise RuntimeError(f"building the driver against {crate} {version} failed: {_cargo_error(done.stderr)}.")
     binary = target / "release" / name
     if not binary.is_file():
         raise RuntimeError(f"cargo built no binary at {binary}.")
