@@ -472,6 +472,7 @@ pub fn example_statements() -> Vec<String> {
             pid: 4242,
             runtime: "python 3.11".into(),
             user_code: vec!["/srv/api".into()],
+            command: "gunicorn api.wsgi".into(),
         },
         counts: vec![StackCount { stack_id, tid: 4242, thread: "MainThread".into(), state: 3, weight: 190 }],
         stacks: vec![StackRow { stack_id, frame_ids: vec![frame_id] }],
