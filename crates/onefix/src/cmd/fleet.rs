@@ -94,12 +94,11 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
     let mut fleet = query::fleet_profile(&client, &filter)?;
     let diagnosis = outputs::run_diagnosis(&fleet.profile, Mode::Wall, &args.outputs);
     let figures = onefix_fleet::figures::figures(&fleet, &diagnosis);
-    // Each finding's share in each sixth of the window, asked of ClickHouse (one row per part).
+    // Each finding's share in each sixth of the window, asked of ClickHouse in one query (one
+    // row per part, one column per finding).
     const TREND_PARTS: u64 = 6;
-    let mut trends = Vec::new();
-    for f in &figures {
-        trends.push(fleet.trend(&client, &filter, &f.file, f.line, TREND_PARTS)?);
-    }
+    let lines: Vec<(&str, u32)> = figures.iter().map(|f| (f.file.as_str(), f.line)).collect();
+    let trends = fleet.trends(&client, &filter, &lines, TREND_PARTS)?;
     // The same figures go with the profile, for the JSON and HTML reports.
     let summary = FleetSummary {
         service: filter.service.clone(),
