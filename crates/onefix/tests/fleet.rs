@@ -399,6 +399,12 @@ fn bad_input_gets_one_sentence_and_a_failure() {
     assert!(out.status.success(), "{:?}", text(&out));
     let out = fleet(&ch, &["report", "--service", "nothing-here", "--since", "10m"]);
     one_sentence(&out, "no samples of the service `nothing-here`");
+    let out = onefix()
+        .args(["agent", "--user", "no-such-user-onefix", "--to", &ch.url(), "--duration", "1s", "--spool"])
+        .arg(s.path("spool-user"))
+        .output()
+        .unwrap();
+    one_sentence(&out, "no user `no-such-user-onefix` on this machine");
     let out = onefix().args(["fleet", "init", "--to", "http://u:p@127.0.0.1:1/?database=x"]).output().unwrap();
     one_sentence(&out, "process list");
     // 18.16 has no table TTL: said, not a syntax error.
