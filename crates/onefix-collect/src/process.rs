@@ -29,6 +29,32 @@ pub fn parent(pid: u32) -> Option<u32> {
     after.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The fields of /proc/PID/stat after the command name (the first is the state, field 3).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(after.split_whitespace().map(str::to_owned).collect())
+}
+
+/// When the process started, in clock ticks after boot: with the pid, it tells a process from
+/// a later one that reuses its pid.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// Whether the process is a kernel thread (PF_KTHREAD in its flags): nothing to profile.
+pub fn is_kernel_thread(pid: u32) -> bool {
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    stat_fields(pid).and_then(|f| f.get(6)?.parse::<u64>().ok()).is_some_and(|flags| flags & PF_KTHREAD != 0)
+}
+
+/// The process's real user id, from /proc/PID/status.
+pub fn real_uid(pid: u32) -> Option<u32> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// The executable's path, or the command name when the link cannot be read.
 pub fn exe(pid: u32) -> String {
     fs::read_link(format!("/proc/{pid}/exe"))

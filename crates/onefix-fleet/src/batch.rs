@@ -18,7 +18,14 @@ pub struct Labels {
     pub runtime: String,
     /// The target's own code, for the diagnosis: directories, one per line.
     pub user_code: Vec<String>,
+    /// The target's command line (cut at [`COMMAND_CHARS`]); empty in batches an older agent
+    /// spooled.
+    #[serde(default)]
+    pub command: String,
 }
+
+/// The longest command line a row keeps: enough to tell processes apart.
+pub const COMMAND_CHARS: usize = 256;
 
 /// One row of `samples`: the weight of a stack on one thread in one state over an interval.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -208,6 +215,7 @@ impl Batch {
                 "weight": c.weight,
                 "sample_us": self.sample_us,
                 "user_code": user_code,
+                "command": self.labels.command,
             });
             serde_json::to_writer(&mut samples, &row).expect("a row serializes");
             samples.push(b'\n');

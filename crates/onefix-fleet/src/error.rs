@@ -15,6 +15,8 @@ pub enum FleetError {
     AuthRefused { address: String, user: String },
     #[error("the database `{database}` has no onefix schema: run `onefix fleet init --to {url}` first")]
     NoSchema { database: String, url: String },
+    #[error("the database `{database}` holds onefix schema version {found}, older than this onefix's {supported}: run `onefix fleet init --to {url}` to upgrade it")]
+    OlderSchema { database: String, url: String, found: u32, supported: u32 },
     #[error("the database `{database}` holds onefix schema version {found}, newer than this onefix's {supported}: upgrade onefix to read or write it")]
     NewerSchema { database: String, found: u32, supported: u32 },
     #[error("this ClickHouse ({version}) has no table TTL (it came in 19.6): leave out --ttl-days")]

@@ -362,14 +362,19 @@ pub fn fleet_profile(client: &Client, f: &Filter) -> Result<FleetProfile, FleetE
     Ok(FleetProfile { profile, overview, thread_hosts, span_s, cost, stacks: tables.stacks, frames: tables.frames })
 }
 
-/// The line's share of the service's samples (every thread, waiting or not) in each of
-/// `buckets` equal parts of the window, oldest first; `None` for a part without samples.
-pub fn trend_sql(f: &Filter, stack_ids: &[u64], bucket_s: u64) -> String {
+/// Each line's share of the service's samples (every thread, waiting or not) in each of the
+/// window's parts of `bucket_s` seconds: one column `at_I` per line (the weight of the stacks
+/// through it) and the part's `total`, in one pass over the window whatever the number of lines.
+pub fn trend_sql(f: &Filter, stacks_per_line: &[Vec<u64>], bucket_s: u64) -> String {
+    let at_lines: String = stacks_per_line
+        .iter()
+        .enumerate()
+        .map(|(i, ids)| format!("sumIf(batch_weight, stack_id IN ({})) AS at_{i}, ", join_ids(ids)))
+        .collect();
     format!(
-        "SELECT intDiv(batch_ts - {}, {bucket_s}) AS part, sumIf(batch_weight, stack_id IN ({})) AS at_line, \
-         sum(batch_weight) AS total FROM ({}) GROUP BY part ORDER BY part",
+        "SELECT intDiv(batch_ts - {}, {bucket_s}) AS part, {at_lines}sum(batch_weight) AS total FROM ({}) \
+         GROUP BY part ORDER BY part",
         f.from,
-        join_ids(stack_ids),
         deduplicated(f, ", toUInt32(any(ts)) AS batch_ts")
     )
 }
@@ -389,24 +394,30 @@ impl FleetProfile {
         ids
     }
 
-    /// The trend of a line over the window: its share of the samples in each of `parts`.
-    pub fn trend(
+    /// The trend of each line over the window: its share of the samples in each of `parts`,
+    /// `None` for a part without samples.
+    pub fn trends(
         &mut self,
         client: &Client,
         f: &Filter,
-        file: &str,
-        line: u32,
+        lines: &[(&str, u32)],
         parts: u64,
-    ) -> Result<Vec<Option<f64>>, FleetError> {
+    ) -> Result<Vec<Vec<Option<f64>>>, FleetError> {
+        let mut shares = vec![vec![None; parts as usize]; lines.len()];
+        if lines.is_empty() {
+            return Ok(shares);
+        }
         let bucket_s = (f.to - f.from).div_ceil(parts.max(1)).max(1);
-        let a = client.select(&trend_sql(f, &self.stacks_through(file, line), bucket_s))?;
+        let stacks: Vec<Vec<u64>> = lines.iter().map(|(file, line)| self.stacks_through(file, *line)).collect();
+        let a = client.select(&trend_sql(f, &stacks, bucket_s))?;
         self.cost.add(&a);
-        let mut shares = vec![None; parts as usize];
         for r in &a.rows {
             let part = get_u64(r, "part") as usize;
             let total = get_u64(r, "total");
-            if let Some(slot) = shares.get_mut(part) {
-                *slot = (total > 0).then(|| get_u64(r, "at_line") as f64 / total as f64);
+            for (i, line_shares) in shares.iter_mut().enumerate() {
+                if let Some(slot) = line_shares.get_mut(part) {
+                    *slot = (total > 0).then(|| get_u64(r, &format!("at_{i}")) as f64 / total as f64);
+                }
             }
         }
         Ok(shares)
@@ -472,6 +483,7 @@ pub fn example_statements() -> Vec<String> {
             pid: 4242,
             runtime: "python 3.11".into(),
             user_code: vec!["/srv/api".into()],
+            command: "gunicorn api.wsgi".into(),
         },
         counts: vec![StackCount { stack_id, tid: 4242, thread: "MainThread".into(), state: 3, weight: 190 }],
         stacks: vec![StackRow { stack_id, frame_ids: vec![frame_id] }],
@@ -501,7 +513,7 @@ pub fn example_statements() -> Vec<String> {
     out.push(overview_sql(&filter));
     out.push(aggregate_sql(&filter));
     out.push(slots_sql(&filter, 10));
-    out.push(trend_sql(&filter, &[stack_id], 3333));
+    out.push(trend_sql(&filter, &[vec![stack_id], vec![stack_id, 7]], 3333));
     out.push(stacks_sql(&[stack_id]));
     out.push(frames_sql(&[frame_id]));
     out

@@ -9,13 +9,14 @@
 //!   arrived twice counts once even before a merge.
 //! - `stacks`: a stack's frames, root first, as frame ids; `frames`: each frame once, by id.
 //!   Both are keyed by a hash of what they hold, so every agent names the same stack alike.
-//! - `schema_version`: the versions applied.
+//! - `schema_version`: the versions applied (1: the first; 2: `samples.command`, each
+//!   target's command line).
 
 use crate::client::Client;
 use crate::FleetError;
 
 /// The schema this onefix writes and reads.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Options of `onefix fleet init`.
 #[derive(Clone, Debug, Default)]
@@ -28,8 +29,15 @@ pub struct SchemaOptions {
     pub cluster: Option<String>,
 }
 
-/// The statements that create version 1, in order.
+/// The statements that create the current version, in order: version 1's tables, then each
+/// migration, as an upgrade runs them (one path to every version, checked by both servers).
 pub fn create_statements(opts: &SchemaOptions) -> Vec<String> {
+    let mut out = version_one(opts);
+    out.extend(MIGRATIONS.iter().flat_map(|(_, steps)| steps.iter().map(|s| (*s).to_owned())));
+    out
+}
+
+fn version_one(opts: &SchemaOptions) -> Vec<String> {
     let ttl = match opts.ttl_days {
         Some(days) => format!("\nTTL ts + INTERVAL {days} DAY"),
         None => String::new(),
@@ -92,9 +100,11 @@ ORDER BY frame_id"
     ]
 }
 
-/// Migrations from each older version to the next: (from, statements). None yet: version 1 is
-/// the first; a new version adds its step here, and `init` applies the steps in order.
-const MIGRATIONS: &[(u32, &[&str])] = &[];
+/// Migrations from each older version to the next: (from, statements); `init` applies the
+/// steps in order, and a new database gets version 1 and every step. Version 2 labels each row
+/// with its process's command line. On a cluster, `init` upgrades each shard's database, then
+/// the Distributed tables' database (18.16 alters a Distributed table's columns too).
+const MIGRATIONS: &[(u32, &[&str])] = &[(1, &["ALTER TABLE samples ADD COLUMN command String DEFAULT ''"])];
 
 pub fn version_table_sql(database: &str) -> String {
     format!(
@@ -130,9 +140,12 @@ pub fn check(client: &Client) -> Result<(), FleetError> {
             found: v,
             supported: SCHEMA_VERSION,
         }),
-        Some(v) if v < SCHEMA_VERSION => {
-            Err(FleetError::NoSchema { database: client.endpoint.database.clone(), url: client.endpoint.url.clone() })
-        }
+        Some(v) if v < SCHEMA_VERSION => Err(FleetError::OlderSchema {
+            database: client.endpoint.database.clone(),
+            url: client.endpoint.url.clone(),
+            found: v,
+            supported: SCHEMA_VERSION,
+        }),
         Some(_) => Ok(()),
     }
 }
@@ -170,7 +183,7 @@ pub fn init(client: &Client, opts: &SchemaOptions) -> Result<InitOutcome, FleetE
     if let Some(cluster) = &opts.cluster {
         check_cluster(client, cluster)?;
     }
-    for sql in create_statements(opts) {
+    for sql in version_one(opts) {
         client.execute(&sql, None).map_err(|e| match e {
             // 18.16 reads TTL as a syntax error.
             FleetError::Refused { code: Some(62), .. } if opts.ttl_days.is_some() => {
@@ -178,6 +191,17 @@ pub fn init(client: &Client, opts: &SchemaOptions) -> Result<InitOutcome, FleetE
             }
             e => e,
         })?;
+    }
+    // Tables left by an init that stopped before recording its version may have a step's
+    // column already (18.16 has no ADD COLUMN IF NOT EXISTS): ClickHouse says so with code
+    // 44 (18.16) or 15 (current releases), and the step is done.
+    for step in MIGRATIONS.iter().flat_map(|(_, steps)| steps.iter()) {
+        match client.execute(step, None) {
+            Err(FleetError::Refused { code: Some(15 | 44), message }) if message.contains("already exists") => {}
+            other => {
+                other?;
+            }
+        }
     }
     record_version(client, SCHEMA_VERSION)?;
     Ok(InitOutcome::Created)

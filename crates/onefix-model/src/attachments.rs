@@ -26,6 +26,51 @@ pub struct ImportedFrom {
     pub source: String,
 }
 
+/// A fleet's aggregate read back from ClickHouse ([`FleetSummary`]): what the window held,
+/// what reading it cost, and each finding's figures across the fleet.
+pub const FLEET: &str = "fleet";
+
+/// What `onefix fleet report` read, and each finding's figures across the fleet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FleetSummary {
+    pub service: String,
+    /// The window asked for, in seconds since the Unix epoch: [from, to).
+    pub from_unix_s: u64,
+    pub to_unix_s: u64,
+    pub version: Option<String>,
+    pub host: Option<String>,
+    /// Seconds the samples span within the window.
+    pub span_s: f64,
+    pub hosts: u64,
+    pub batches: u64,
+    /// Aggregate rows and bytes ClickHouse sent back, and the rows and bytes it read to make
+    /// them (its own statistics), over every query of the report.
+    pub rows_returned: u64,
+    pub bytes_returned: u64,
+    pub rows_read: u64,
+    pub bytes_read: u64,
+    /// Each finding's figures, in the diagnosis's order.
+    pub lines: Vec<FleetLine>,
+}
+
+/// One finding's line across the fleet.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FleetLine {
+    pub file: String,
+    pub line: u32,
+    /// Its share of every sample of the service in the window (every thread, waiting or not).
+    pub sampled_share: f64,
+    /// CPU seconds at the line over the window's seconds: the cores it keeps busy on average,
+    /// all hosts together.
+    pub cores_busy: f64,
+    /// Hosts where the line was sampled, of the window's hosts.
+    pub hosts_seen: u64,
+    pub hosts_total: u64,
+    /// Its share of the service's samples in each equal part of the window, oldest first;
+    /// `None` for a part without samples.
+    pub trend: Vec<Option<f64>>,
+}
+
 /// What the diagnosis needs to know of the machine a recording was made on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
@@ -61,6 +106,11 @@ impl Profile {
     /// Where the profile came from, when another tool recorded it.
     pub fn imported_from(&self) -> Option<ImportedFrom> {
         self.attachment(IMPORTED)
+    }
+
+    /// What a fleet report read from ClickHouse, for a profile rebuilt from a fleet's aggregate.
+    pub fn fleet(&self) -> Option<FleetSummary> {
+        self.attachment(FLEET)
     }
 
     /// A memory recording's facts beyond its samples.

@@ -13,7 +13,9 @@
 //! shares' denominator), `idle_share` (idle threads, as a fraction of `total_weight`),
 //! `outside_user_share` (busy weight outside user code, as a fraction of `busy_weight`),
 //! `hot_lines`, `notes`, `exit`, `complete` and `sampling`; `imported_from` ({`format`,
-//! `source`}) for a profile another tool recorded.
+//! `source`}) for a profile another tool recorded; `fleet` (at the top: the service, window,
+//! hosts, batches and what ClickHouse returned and read; per finding: its share of the service's
+//! samples, cores busy, hosts seen and trend) for a fleet's aggregate (`onefix fleet report`).
 //!
 //! Shares are rounded to 4 decimals, speed-ups to 2, durations to the millisecond.
 
@@ -63,6 +65,41 @@ pub(crate) struct Report<'a> {
     /// A profile another tool recorded: its format and the file or URL it was read from.
     #[serde(skip_serializing_if = "Option::is_none")]
     imported_from: Option<onefix_model::attachments::ImportedFrom>,
+    /// A fleet's aggregate: what the window held and what reading it cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<FleetJson>,
+}
+
+#[derive(Serialize)]
+struct FleetJson {
+    service: String,
+    from_unix_s: u64,
+    to_unix_s: u64,
+    version: Option<String>,
+    host: Option<String>,
+    span_s: f64,
+    hosts: u64,
+    batches: u64,
+    query: FleetQueryJson,
+}
+
+/// What the report's queries cost ClickHouse and sent back.
+#[derive(Serialize)]
+struct FleetQueryJson {
+    rows_returned: u64,
+    bytes_returned: u64,
+    rows_read: u64,
+    bytes_read: u64,
+}
+
+/// A finding's line across the fleet.
+#[derive(Serialize)]
+struct FleetLineJson {
+    sampled_share: f64,
+    cores_busy: f64,
+    hosts_seen: u64,
+    hosts_total: u64,
+    trend: Vec<Option<f64>>,
 }
 
 #[derive(Serialize)]
@@ -95,6 +132,9 @@ struct FindingJson<'a> {
     recurrence: Option<f64>,
     rule: &'a str,
     enclosing_loop: Option<&'a str>,
+    /// The line across the fleet, for a fleet's aggregate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<FleetLineJson>,
 }
 
 #[derive(Serialize)]
@@ -145,6 +185,7 @@ pub fn write_json<W: Write>(w: W, profile: &Profile, diagnosis: &Diagnosis, opts
 /// The report object [`write_json`] writes.
 pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &JsonOptions) -> Report<'a> {
     let meta = &profile.meta;
+    let fleet = profile.fleet();
     Report {
         tool: "onefix",
         version: describe::tool_version(meta),
@@ -157,7 +198,15 @@ pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &
         mode: meta.mode.as_str(),
         duration_s: round_to(meta.duration_s, 3),
         samples: profile.sample_count() as usize,
-        findings: diagnosis.findings.iter().map(finding_json).collect(),
+        findings: diagnosis
+            .findings
+            .iter()
+            .map(|f| {
+                let at_line =
+                    fleet.as_ref().and_then(|fl| fl.lines.iter().find(|l| l.line == f.line && l.file == f.file));
+                FindingJson { fleet: at_line.map(fleet_line_json), ..finding_json(f) }
+            })
+            .collect(),
         unit: match meta.weight_unit {
             WeightUnit::Samples { .. } => "samples",
             WeightUnit::Bytes => "bytes",
@@ -179,6 +228,32 @@ pub(crate) fn report<'a>(profile: &'a Profile, diagnosis: &'a Diagnosis, opts: &
         complete: opts.complete,
         sampling: SamplingJson { ticks: meta.stats.ticks, errors: meta.stats.errors, late: meta.stats.late },
         imported_from: profile.imported_from(),
+        fleet: fleet.map(|f| FleetJson {
+            service: f.service,
+            from_unix_s: f.from_unix_s,
+            to_unix_s: f.to_unix_s,
+            version: f.version,
+            host: f.host,
+            span_s: round_to(f.span_s, 3),
+            hosts: f.hosts,
+            batches: f.batches,
+            query: FleetQueryJson {
+                rows_returned: f.rows_returned,
+                bytes_returned: f.bytes_returned,
+                rows_read: f.rows_read,
+                bytes_read: f.bytes_read,
+            },
+        }),
+    }
+}
+
+fn fleet_line_json(l: &onefix_model::attachments::FleetLine) -> FleetLineJson {
+    FleetLineJson {
+        sampled_share: share(l.sampled_share),
+        cores_busy: round_to(l.cores_busy, 4),
+        hosts_seen: l.hosts_seen,
+        hosts_total: l.hosts_total,
+        trend: l.trend.iter().map(|t| t.map(share)).collect(),
     }
 }
 
@@ -202,6 +277,7 @@ fn finding_json(f: &Finding) -> FindingJson<'_> {
         recurrence: f.recurrence.map(share),
         rule: &f.rule,
         enclosing_loop: f.enclosing_loop.as_deref(),
+        fleet: None,
     }
 }
 

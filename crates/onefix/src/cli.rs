@@ -487,12 +487,16 @@ pub struct StoreArgs {
 #[derive(Args, Debug)]
 pub struct AgentArgs {
     /// A process to profile (repeatable).
-    #[arg(long, short, value_name = "PID", required_unless_present = "pattern")]
+    #[arg(long, short, value_name = "PID", required_unless_present_any = ["pattern", "user"])]
     pub pid: Vec<u32>,
     /// Profile every process whose command line contains PATTERN, and each new one (a
     /// restarted service gets a new pid).
     #[arg(long = "match", value_name = "PATTERN")]
     pub pattern: Option<String>,
+    /// Profile every process (Python or native) of this user, by name or uid, and each new one
+    /// as it starts; with --match, those whose command line also matches.
+    #[arg(long, value_name = "USER", conflicts_with = "pid")]
+    pub user: Option<String>,
     /// The service's name, a label of every sample.
     #[arg(long, default_value = "default")]
     pub service: String,

@@ -1,11 +1,11 @@
 //! `onefix agent`: always-on profiling. Each target (by pid, or every process whose command
-//! line matches, followed across restarts) is sampled at a low rate on its own thread with
+//! line matches or of a given user, followed as they start and restart) is sampled at a low rate on its own thread with
 //! the sampler `record` uses; each interval is aggregated into stack counts and written to
 //! the spool; one uploader sends the spool's batches to ClickHouse, oldest first, and backs
 //! off while it is away. The spool is bounded: past its bound the oldest batches are dropped
 //! and counted. SIGTERM ends the current intervals, spools them, and flushes what it can.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Result};
 use onefix_collect::{process, record, Schedule, StopReason};
-use onefix_fleet::batch::{aggregate, Labels};
+use onefix_fleet::batch::{aggregate, Labels, COMMAND_CHARS};
 use onefix_fleet::spool::Spool;
 use onefix_fleet::{schema, Client, FleetError};
 use onefix_model::recording::RecordingWriter;
@@ -39,14 +39,20 @@ fn hostname() -> String {
 }
 
 pub fn run(args: AgentArgs) -> Result<ExitCode> {
-    if args.pid.is_empty() && args.pattern.is_none() {
-        bail!("nothing to profile: give --pid PID or --match PATTERN");
+    if args.pid.is_empty() && args.pattern.is_none() && args.user.is_none() {
+        bail!("nothing to profile: give --pid PID, --match PATTERN or --user USER");
     }
     if let Some(p) = &args.pattern {
         if p.trim().is_empty() {
             bail!("--match needs a non-empty pattern: it would match every process");
         }
     }
+    let selection = Selection {
+        pattern: args.pattern.clone(),
+        uid: args.user.as_deref().map(user_id).transpose()?,
+        own_pid: std::process::id(),
+        own_exe: std::fs::read_link("/proc/self/exe").ok(),
+    };
     // SIGHUP (a log rotation) must not end the agent: it reopens --log, or is ignored when the
     // log is stderr (which journald keeps).
     if let Some(log) = &args.log {
@@ -88,7 +94,10 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     };
     let host = args.host.clone().unwrap_or_else(hostname);
     let mut targets: HashMap<u32, JoinHandle<()>> = HashMap::new();
-    let own_pid = std::process::id();
+    // Processes whose profiling ended (exited, or could not be profiled), by pid and start
+    // time: not tried again every scan, while a new process that reuses the pid is.
+    let mut done: HashSet<(u32, u64)> = HashSet::new();
+    let following = selection.pattern.is_some() || selection.uid.is_some();
     loop {
         let interrupted = INTERRUPTED.load(Ordering::Relaxed);
         let timed_out = args.duration.is_some_and(|d| started.elapsed() >= d);
@@ -102,14 +111,24 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
                 }
             }
         }
-        // Targets whose thread ended (the process exited) are forgotten: a restart is new.
-        targets.retain(|_, t| !t.is_finished());
-        let wanted: Vec<u32> = match &args.pattern {
-            Some(pattern) => matching_pids(pattern, own_pid),
-            None => args.pid.iter().copied().filter(|p| process::exists(*p)).collect(),
+        // Targets whose thread ended are forgotten, but remembered as done: a restart is a
+        // new process, with a new pid or start time.
+        targets.retain(|pid, t| {
+            if t.is_finished() {
+                if let Some(start) = process::start_ticks(*pid) {
+                    done.insert((*pid, start));
+                }
+            }
+            !t.is_finished()
+        });
+        done.retain(|(pid, start)| process::start_ticks(*pid) == Some(*start));
+        let wanted: Vec<u32> = if following {
+            selection.pids(|pid| targets.contains_key(&pid))
+        } else {
+            args.pid.iter().copied().filter(|p| process::exists(*p) && !targets.contains_key(p)).collect()
         };
         for pid in wanted {
-            if targets.contains_key(&pid) {
+            if process::start_ticks(pid).is_some_and(|start| done.contains(&(pid, start))) {
                 continue;
             }
             let ctx = TargetContext {
@@ -125,7 +144,7 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
             };
             targets.insert(pid, std::thread::spawn(move || profile_target(ctx)));
         }
-        if args.pattern.is_none() && targets.is_empty() {
+        if !following && targets.is_empty() {
             say("every target has exited");
             break;
         }
@@ -174,23 +193,96 @@ fn reopen_log(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-/// Processes whose command line contains `pattern` (as `pgrep -f` would), except onefix
-/// itself and its children.
-fn matching_pids(pattern: &str, own_pid: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut pids: Vec<u32> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&pid| pid != own_pid)
-        .filter(|&pid| {
-            let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
-            let line = String::from_utf8_lossy(&raw).replace('\0', " ");
-            // A zombie or a kernel thread has no command line; onefix's own helpers are not targets.
-            !line.trim().is_empty() && line.contains(pattern) && !line.contains("onefix agent")
-        })
-        .collect();
-    pids.sort_unstable();
-    pids
+/// Which processes `--match` and `--user` follow.
+struct Selection {
+    /// A substring of the command line, as `pgrep -f`.
+    pattern: Option<String>,
+    /// Every process of this real user id.
+    uid: Option<u32>,
+    own_pid: u32,
+    own_exe: Option<std::path::PathBuf>,
+}
+
+impl Selection {
+    /// The selected processes, except those `known` already, onefix itself (this agent, or
+    /// another onefix), kernel threads and zombies. A process younger than [`SETTLE`] waits for
+    /// the next scan: between fork and exec it still shows its parent's command and program.
+    fn pids(&self, known: impl Fn(u32) -> bool) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        let now_ticks = boot_ticks();
+        let mut pids: Vec<u32> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&pid| pid != self.own_pid && !known(pid))
+            .filter(|&pid| match (now_ticks, process::start_ticks(pid)) {
+                (Some(now), Some(start)) => now.saturating_sub(start) >= settle_ticks(),
+                _ => false,
+            })
+            .filter(|&pid| self.uid.is_none() || process::real_uid(pid) == self.uid)
+            .filter(|&pid| {
+                let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+                let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+                // A zombie or a kernel thread has no command line.
+                if line.trim().is_empty() || process::is_kernel_thread(pid) {
+                    return false;
+                }
+                if self.pattern.as_deref().is_some_and(|p| !line.contains(p)) {
+                    return false;
+                }
+                let onefix = line.contains("onefix agent")
+                    || self
+                        .own_exe
+                        .as_ref()
+                        .is_some_and(|own| std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() == Some(own));
+                !onefix
+            })
+            .collect();
+        pids.sort_unstable();
+        pids
+    }
+}
+
+/// How old a process must be to become a target (see [`Selection::pids`]).
+const SETTLE: Duration = Duration::from_millis(200);
+
+fn clock_ticks_per_second() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 {
+        hz as u64
+    } else {
+        100
+    }
+}
+
+fn settle_ticks() -> u64 {
+    SETTLE.as_millis() as u64 * clock_ticks_per_second() / 1000
+}
+
+/// Clock ticks since boot, the unit of a process's start time.
+fn boot_ticks() -> Option<u64> {
+    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
+    let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    Some((seconds * clock_ticks_per_second() as f64) as u64)
+}
+
+/// The uid of a user given by name or number; one sentence for a name this machine does not
+/// know.
+fn user_id(user: &str) -> Result<u32> {
+    if let Ok(uid) = user.parse::<u32>() {
+        return Ok(uid);
+    }
+    let Ok(name) = std::ffi::CString::new(user) else { bail!("no user `{user}` on this machine") };
+    // SAFETY: getpwnam_r writes only into `entry` and `buf`, which outlive the call; the
+    // result points into them.
+    let uid = unsafe {
+        let mut entry: libc::passwd = std::mem::zeroed();
+        let mut buf = vec![0 as libc::c_char; 16 * 1024];
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwnam_r(name.as_ptr(), &mut entry, buf.as_mut_ptr(), buf.len(), &mut found);
+        (rc == 0 && !found.is_null()).then_some(entry.pw_uid)
+    };
+    uid.ok_or_else(|| anyhow::anyhow!("no user `{user}` on this machine (give a name from /etc/passwd or a uid)"))
 }
 
 struct TargetContext {
@@ -249,6 +341,7 @@ fn profile_target(ctx: TargetContext) {
         pid,
         runtime,
         user_code: user_code.clone(),
+        command: argv.join(" ").chars().take(COMMAND_CHARS).collect(),
     };
     let meta = Meta {
         tool_version: env!("CARGO_PKG_VERSION").to_owned(),

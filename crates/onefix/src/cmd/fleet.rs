@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use onefix_fleet::query::{self, Filter};
 use onefix_fleet::schema::{self, InitOutcome, SchemaOptions};
 use onefix_fleet::{Client, Credentials, Endpoint};
+use onefix_model::attachments::{self, FleetLine, FleetSummary};
 use onefix_model::Mode;
 
 use crate::cli::{FleetCommand, FleetCompareArgs, FleetInitArgs, FleetReportArgs, FleetWindowArgs, StoreArgs};
@@ -93,12 +94,40 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
     let mut fleet = query::fleet_profile(&client, &filter)?;
     let diagnosis = outputs::run_diagnosis(&fleet.profile, Mode::Wall, &args.outputs);
     let figures = onefix_fleet::figures::figures(&fleet, &diagnosis);
-    // Each finding's share in each sixth of the window, asked of ClickHouse (one row per part).
+    // Each finding's share in each sixth of the window, asked of ClickHouse in one query (one
+    // row per part, one column per finding).
     const TREND_PARTS: u64 = 6;
-    let mut trends = Vec::new();
-    for f in &figures {
-        trends.push(fleet.trend(&client, &filter, &f.file, f.line, TREND_PARTS)?);
-    }
+    let lines: Vec<(&str, u32)> = figures.iter().map(|f| (f.file.as_str(), f.line)).collect();
+    let trends = fleet.trends(&client, &filter, &lines, TREND_PARTS)?;
+    // The same figures go with the profile, for the JSON and HTML reports.
+    let summary = FleetSummary {
+        service: filter.service.clone(),
+        from_unix_s: filter.from,
+        to_unix_s: filter.to,
+        version: filter.version.clone(),
+        host: filter.host.clone(),
+        span_s: fleet.span_s,
+        hosts: fleet.overview.hosts,
+        batches: fleet.overview.batches,
+        rows_returned: fleet.cost.rows_returned,
+        bytes_returned: fleet.cost.bytes_returned,
+        rows_read: fleet.cost.rows_read,
+        bytes_read: fleet.cost.bytes_read,
+        lines: figures
+            .iter()
+            .zip(&trends)
+            .map(|(f, trend)| FleetLine {
+                file: f.file.clone(),
+                line: f.line,
+                sampled_share: f.sampled_share,
+                cores_busy: f.cores_busy,
+                hosts_seen: f.hosts_seen as u64,
+                hosts_total: f.hosts_total,
+                trend: trend.clone(),
+            })
+            .collect(),
+    };
+    fleet.profile.attach(attachments::FLEET, &summary);
     let profile = &fleet.profile;
     // The fleet's figures lead: what the window held and what reading it cost.
     let mut head = String::new();
@@ -120,14 +149,15 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
         let trend: Vec<String> =
             trend.iter().map(|s| s.map_or_else(|| "-".to_owned(), |s| format!("{:.0}%", s * 100.0))).collect();
         head.push_str(&format!(
-            "  #{} {}:{} {}: {:.0}% of {}, {:.2} cores busy on average across the fleet, seen on {} of {} hosts; \
-             share of all samples by sixth of the window: {}\n",
+            "  #{} {}:{} {}: {:.0}% of {} ({:.0}% of the service's samples), {:.2} cores busy on average across the fleet, \
+             seen on {} of {} hosts; share of all samples by sixth of the window: {}\n",
             i + 1,
             onefix_model::fmt::file_name(&f.file),
             f.line,
             f.function,
             f.share * 100.0,
             diagnosis.share_of,
+            f.sampled_share * 100.0,
             f.cores_busy,
             f.hosts_seen,
             f.hosts_total,
