@@ -30,8 +30,14 @@ class Event(BaseModel):
     children: List[int] = []
     scores: Dict[str, float] = {}
     notes: str = ""
+    mentions: List[str] = []
+    reactions: Dict[str, int] = {}
+    history: List[str] = []
+    permissions: List[str] = []
+    metrics: Dict[str, float] = {}
+    related: List[int] = []
 
 
-raw = [{"id": i, "kind": ("click", "view", "buy")[i % 3]} for i in range(100_000)]
+raw = [{"id": i, "kind": ("click", "view", "buy")[i % 3]} for i in range(60_000)]
 events = [Event(**item) for item in raw]
 print(f"parsed {len(events)} events, {sum(e.priority for e in events)} priority points")
