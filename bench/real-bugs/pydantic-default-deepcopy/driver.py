@@ -36,8 +36,20 @@ class Event(BaseModel):
     permissions: List[str] = []
     metrics: Dict[str, float] = {}
     related: List[int] = []
+    watchers: List[str] = []
+    flags: Dict[str, bool] = {}
+    revisions: List[int] = []
+    translations: Dict[str, str] = {}
+    assets: List[str] = []
+    tracking: Dict[str, str] = {}
+    errors: List[str] = []
+    warnings: List[str] = []
+    context: Dict[str, str] = {}
+    groups: List[str] = []
+    quotas: Dict[str, int] = {}
+    aliases: List[str] = []
 
 
-raw = [{"id": i, "kind": ("click", "view", "buy")[i % 3]} for i in range(60_000)]
+raw = [{"id": i, "kind": ("click", "view", "buy")[i % 3]} for i in range(35_000)]
 events = [Event(**item) for item in raw]
 print(f"parsed {len(events)} events, {sum(e.priority for e in events)} priority points")
