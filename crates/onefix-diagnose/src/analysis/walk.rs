@@ -61,26 +61,50 @@ impl Engine<'_> {
                 started += w;
                 made.push(self.walk_finding(&walk, findings, (&c, code, w), share, gain, b));
             }
+            if made.is_empty() {
+                // No caller starts it: the loop's own lines are one finding at the loop. The
+                // functions its body calls are other work, with findings of their own.
+                let own: Vec<usize> = walk
+                    .findings
+                    .iter()
+                    .copied()
+                    .filter(|&i| findings[i].file == walk.file && findings[i].function == walk.function)
+                    .collect();
+                let own_weight: u64 = walk
+                    .lines
+                    .iter()
+                    .filter(|&&l| {
+                        let f = self.profile.frame(self.lines[l].frame);
+                        f.file == walk.file && f.function == walk.function
+                    })
+                    .map(|&l| self.lines[l].weight)
+                    .sum();
+                let mut kept: Vec<Finding> = own.iter().map(|&i| findings[i].clone()).collect();
+                kept.sort_by(|a, b| b.share.total_cmp(&a.share));
+                // One line holding most of the loop is the line to change; the header folds
+                // into it (merge::fold_loop_headers).
+                let spread = kept.first().is_some_and(|f| f.share < ONE_LINE_DOMINATES * share(own_weight));
+                if kept.len() >= 2 && spread && own_weight >= MIN_FINDING_WEIGHT {
+                    added.push(self.loop_finding(&walk, kept, own_weight, share, gain, b));
+                    gone.extend(own);
+                }
+                continue;
+            }
             let mut kept: Vec<Finding> = walk.findings.iter().map(|&i| findings[i].clone()).collect();
             kept.sort_by(|a, b| b.share.total_cmp(&a.share));
             let rest = walk.weight.saturating_sub(started);
-            // One line holding most of the loop is the line to change; the header folds into it
-            // (merge::fold_loop_headers).
-            let spread = kept.first().is_some_and(|f| f.share < ONE_LINE_DOMINATES * share(walk.weight));
             // What the callers leave of the walk is a finding of its own only when it is a
-            // good part of it: the walk's start-up paid by callers too small to name.
-            let rest_counts = made.is_empty() || rest as f64 >= CALLER_PART * walk.weight as f64;
-            let loop_finding = if walk.findings.len() >= 2 && spread && rest_counts && rest >= MIN_FINDING_WEIGHT {
+            // good part of it and spread over its lines; else it stays with its heaviest line.
+            let spread = kept.first().is_some_and(|f| f.share < ONE_LINE_DOMINATES * share(walk.weight));
+            let loop_finding = if kept.len() >= 2
+                && spread
+                && rest as f64 >= CALLER_PART * walk.weight as f64
+                && rest >= MIN_FINDING_WEIGHT
+            {
                 Some(self.loop_finding(&walk, kept, rest, share, gain, b))
-            } else if made.is_empty() {
-                None
             } else {
-                // The walk's callers took it: what is left stays with its heaviest line.
                 kept.into_iter().next().filter(|f| f.share > share(started) * 0.5)
             };
-            if made.is_empty() && loop_finding.is_none() {
-                continue;
-            }
             gone.extend(&walk.findings);
             added.extend(made);
             added.extend(loop_finding);
@@ -323,6 +347,8 @@ impl Engine<'_> {
         let first = kept.into_iter().next().expect("a loop finding folds two findings or more");
         Finding {
             kind: b.kind(id),
+            file: walk.file.clone(),
+            function: walk.function.clone(),
             line: walk.header,
             code: walk.header_code.clone(),
             share: share(weight),

@@ -256,3 +256,25 @@ fn a_walk_that_calls_a_predicate_per_node_is_one_walk() {
     assert_eq!((f.line, f.kind.as_str()), (16, "repeated-walk"), "{:#?}", d.findings);
     assert!((f.share - 0.8).abs() < 0.03, "the predicate's time is the walk's: {f:?}");
 }
+
+/// A loop whose body calls two functions that each do their own work, with no caller starting
+/// it again: those functions' lines stay findings of their own, in their own file and function.
+#[test]
+fn the_functions_a_loop_calls_keep_their_own_findings() {
+    let source = "def run(parts):\n    for p in parts:\n        head(p)\n        tail(p)\n\ndef head(p):\n    return p.split(',')[0]\n\ndef tail(p):\n    return p.split(',')[-1]\n";
+    let (dir, app) = write_app("loop-callees", source);
+    let mut b = Builder::new();
+    for ms in 0..400u64 {
+        let stack = if ms % 2 == 0 {
+            vec![("<module>", app.as_str(), 20), ("run", &app, 3), ("head", &app, 7)]
+        } else {
+            vec![("<module>", app.as_str(), 20), ("run", &app, 4), ("tail", &app, 10)]
+        };
+        b.add(1, ms * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let places: Vec<(&str, u32)> = d.findings.iter().map(|f| (f.function.as_str(), f.line)).collect();
+    assert!(places.contains(&("head", 7)) && places.contains(&("tail", 10)), "{:#?}", d.findings);
+    assert!(d.findings.iter().all(|f| f.rule != "loop-iteration"), "{:#?}", d.findings);
+}
