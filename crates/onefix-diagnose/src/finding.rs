@@ -51,10 +51,6 @@ pub struct Finding {
     /// worded once the share is final.
     #[serde(skip)]
     pub what: String,
-    /// The bound's interval when it is not Amdahl's over `bound_weight` samples (the latency
-    /// model's, over the share's interval): what [`Finding::speedup_range`] gives.
-    #[serde(skip)]
-    pub modelled_range: Option<(f64, Option<f64>)>,
 }
 
 /// What a finding's gain bound rests on.
@@ -69,9 +65,6 @@ pub enum GainBasis {
     /// Critical-path zeroing: the run's end-to-end path without the line's time, no shorter
     /// than what must still run (any thread's own work, the GIL's, the CPUs').
     CriticalPath,
-    /// A server under an open-loop load: the mean latency per request, from a queueing model
-    /// of the load's rate and the work per request (analysis/latency.rs).
-    LatencyModel,
     /// No bound: a memory finding, or a profile with no time in it.
     None,
 }
@@ -81,7 +74,6 @@ impl GainBasis {
         match self {
             GainBasis::BusyShare => "busy-share",
             GainBasis::CriticalPath => "critical-path",
-            GainBasis::LatencyModel => "latency-model",
             GainBasis::None => "none",
         }
     }
@@ -134,9 +126,6 @@ impl Finding {
     /// share of 1 a handful of samples moves it a lot. Wilson's interval for that fraction,
     /// inverted; the upper end is `None` when the interval reaches zero (no bound above).
     pub fn speedup_range(&self) -> Option<(f64, Option<f64>)> {
-        if self.modelled_range.is_some() {
-            return self.modelled_range;
-        }
         let bound = self.max_speedup.filter(|b| b.is_finite() && *b >= 1.0)?;
         if self.bound_weight == 0 {
             return None;
@@ -159,7 +148,7 @@ fn capitalize(s: &str) -> String {
 }
 
 /// Wilson's 95% score interval for a proportion `p` seen in `n` trials.
-pub(crate) fn wilson(p: f64, n: f64) -> (f64, f64) {
+fn wilson(p: f64, n: f64) -> (f64, f64) {
     const Z: f64 = 1.96;
     let z2 = Z * Z;
     let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
@@ -253,7 +242,6 @@ mod tests {
             enclosing_loop: None,
             gain_basis: GainBasis::BusyShare,
             what: String::new(),
-            modelled_range: None,
         }
     }
 

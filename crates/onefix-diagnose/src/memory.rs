@@ -286,7 +286,6 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             enclosing_loop: None,
             gain_basis: crate::GainBasis::None,
             what: String::new(),
-            modelled_range: None,
         });
     }
 
@@ -424,7 +423,6 @@ fn allocating_line_finding(
         enclosing_loop: None,
         gain_basis: crate::GainBasis::None,
         what: String::new(),
-        modelled_range: None,
     }
 }
 

@@ -227,10 +227,6 @@ impl Summary<'_> {
                 (false, _) => "less memory",
                 // Read off the run's critical path: the time of the whole run, not a share.
                 (true, onefix_diagnose::GainBasis::CriticalPath) => "faster end to end (on the run's critical path)",
-                // A server under an open-loop load: its requests' mean latency, queue included.
-                (true, onefix_diagnose::GainBasis::LatencyModel) => {
-                    "faster per request (mean latency at this load, its queue included)"
-                }
                 (true, _) => "faster",
             };
             // Past 100x the figure rests on a handful of samples outside the line.

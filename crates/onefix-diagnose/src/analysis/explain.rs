@@ -317,7 +317,6 @@ impl Engine<'_> {
             enclosing_loop,
             gain_basis: if path.is_some() { GainBasis::CriticalPath } else { GainBasis::BusyShare },
             what,
-            modelled_range: None,
         }
     }
 

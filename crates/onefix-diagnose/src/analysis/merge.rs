@@ -163,7 +163,6 @@ mod loop_header_tests {
             explained: 1.0,
             enclosing_loop: enclosing_loop.map(str::to_owned),
             what: String::new(),
-            modelled_range: None,
             gain_basis: GainBasis::BusyShare,
         }
     }

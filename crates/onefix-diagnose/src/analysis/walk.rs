@@ -315,7 +315,6 @@ impl Engine<'_> {
             enclosing_loop: None,
             gain_basis: first.map_or(GainBasis::BusyShare, |f| f.gain_basis),
             what: b.what(id, &values),
-            modelled_range: None,
         }
     }
 

@@ -169,7 +169,6 @@ pub fn updater_diagnosis() -> Diagnosis {
                 enclosing_loop: Some(format!("{UPDATER}:28")),
                 gain_basis: onefix_diagnose::GainBasis::BusyShare,
                 what: String::new(),
-                modelled_range: None,
             },
             Finding {
                 rank: 2,
@@ -198,7 +197,6 @@ pub fn updater_diagnosis() -> Diagnosis {
                 enclosing_loop: None,
                 gain_basis: onefix_diagnose::GainBasis::BusyShare,
                 what: String::new(),
-                modelled_range: None,
             },
         ],
         hot_lines: hot_lines(busy),
