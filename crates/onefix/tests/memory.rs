@@ -60,9 +60,16 @@ fn lab_tracker_names_the_line_that_keeps_each_peers_parsed_query() {
 
     let (fixed, fixed_stats) = tracker("fixed", &s);
     assert_eq!(fixed_stats["peers"], slow_stats["peers"], "the same load");
-    let retention: Vec<&Value> =
-        fixed["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "memory-retention").collect();
-    assert!(retention.is_empty(), "the fixed tracker keeps 6 bytes per peer: {fixed:#}");
+    // The fixed tracker still keeps each peer's id (a key the parse allocated), a small part of
+    // its heap that can reach a finding's threshold on a busy machine; never the parsed query.
+    let slow_share = first["share"].as_f64().unwrap();
+    let kept_line = line_of(&repo().join("lab/tracker/tracker_fixed.py"), "torrent[peer_id] = mine");
+    for f in fixed["findings"].as_array().unwrap().iter().filter(|f| f["kind"] == "memory-retention") {
+        assert!(
+            f["share"].as_f64().unwrap() * 2.0 < slow_share && f["line"] != kept_line,
+            "the fixed tracker keeps 6 bytes per peer: {fixed:#}"
+        );
+    }
     let (slow_heap, fixed_heap) = (slow["busy_weight"].as_f64().unwrap(), fixed["busy_weight"].as_f64().unwrap());
     assert!(fixed_heap * 1.5 < slow_heap, "sampled heap at peak: slow {slow_heap}, fixed {fixed_heap}");
 }
