@@ -107,6 +107,14 @@ pub fn in_futex_wait(pid: u32, tid: u64) -> bool {
     line.split_whitespace().next().and_then(|n| n.parse::<u64>().ok()) == Some(SYS_FUTEX)
 }
 
+/// How many times thread `tid` of `pid` has been put on a CPU (the third field of
+/// `/proc/PID/task/TID/schedstat`): unchanged between two reads of a waiting thread, it waited
+/// all along; changed, it woke and ran in between, so a wait seen at both reads is two waits.
+pub fn run_count(pid: u32, tid: u64) -> Option<u64> {
+    let line = fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    line.split_whitespace().nth(2)?.parse().ok()
+}
+
 pub fn cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     Some(

@@ -74,6 +74,10 @@ struct Spy {
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
     had_frames: std::collections::HashSet<u64>,
+    /// Ticks of this process read so far, and for each waiting thread the tick its run count
+    /// was last read at and the count (see [`process::run_count`]).
+    ticks: u64,
+    runs: std::collections::HashMap<u64, (u64, u64)>,
 }
 
 /// Reads of a process per tick at most: the first, and retries of a torn or failed one.
@@ -306,6 +310,15 @@ impl PythonSampler {
 }
 
 impl Spy {
+    /// Whether waiting thread `tid` has not run since this process's previous tick: its run
+    /// count read now and then is the same. `None` when it was not read then (it was running,
+    /// or is new) or cannot be read now.
+    fn same_wait(&mut self, tid: u64) -> Option<bool> {
+        let now = process::run_count(self.pid, tid)?;
+        let before = self.runs.insert(tid, (self.ticks, now));
+        before.filter(|&(tick, _)| tick + 1 == self.ticks).map(|(_, count)| count == now)
+    }
+
     fn new(pid: u32, spy: PythonSpy) -> Spy {
         Spy {
             pid,
@@ -317,6 +330,8 @@ impl Spy {
             watch_sleepers_until: None,
             futex_turn: 0,
             had_frames: Default::default(),
+            ticks: 0,
+            runs: Default::default(),
         }
     }
 }
@@ -333,6 +348,12 @@ const SLOW_PAUSE: Duration = Duration::from_millis(10);
 /// Threads asked per tick whether they wait in a futex (a GIL queue or a lock): each read is a
 /// few microseconds of onefix's time, so hundreds of threads are asked in turns.
 const MAX_FUTEX_READS: usize = 32;
+
+/// Threads whose run count is read per tick (to tell one long wait from several short ones back
+/// to back at the same line): past this many threads with Python frames, none are, so that the
+/// threads read are the same from tick to tick. Serial waits worth splitting are a few threads'
+/// work; each read is a few microseconds.
+const MAX_RUNS_READS: usize = 16;
 
 /// How long a process that exec'd is given to become readable Python again.
 const EXEC_PATIENCE: Duration = Duration::from_secs(10);
@@ -360,8 +381,16 @@ fn loop_waiting(trace: &StackTrace) -> bool {
             .any(|f| crate::asyncio::named(&f.name, "run_forever") && f.filename.ends_with("/asyncio/base_events.py"))
 }
 
-/// `futex`: the thread waited in a futex (see [`process::in_futex_wait`]).
-fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, futex: bool, asyncio: Option<&mut AsyncioTasks>) {
+/// `futex`: the thread waited in a futex (see [`process::in_futex_wait`]); `same_wait`: it
+/// has not run since its previous sample (see [`Spy::same_wait`]).
+fn add_trace(
+    profile: &mut Profile,
+    trace: &StackTrace,
+    time_us: u64,
+    futex: bool,
+    same_wait: Option<bool>,
+    asyncio: Option<&mut AsyncioTasks>,
+) {
     let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
     if let Some(a) = asyncio {
         let pid = trace.pid as u32;
@@ -388,7 +417,7 @@ fn add_trace(profile: &mut Profile, trace: &StackTrace, time_us: u64, futex: boo
         time_us,
         thread,
         stack,
-        state: ThreadState::new(trace.active, trace.owns_gil).with_futex(futex),
+        state: ThreadState::new(trace.active, trace.owns_gil).with_futex(futex).with_same_wait(same_wait),
         weight: 1,
     });
 }
@@ -495,15 +524,27 @@ impl Sampler for PythonSampler {
                     } else {
                         Vec::new()
                     };
+                    spy.ticks += 1;
+                    if spy.ticks % 1024 == 0 {
+                        // Threads that ended (a thread per connection) leave no entry behind.
+                        let ticks = spy.ticks;
+                        spy.runs.retain(|_, &mut (tick, _)| tick + 1 >= ticks);
+                    }
+                    // Every thread with frames, not only those read as waiting: a thread the
+                    // diagnosis finds inside a waiting call may be read as active (woken, not yet
+                    // back in Python), and its next sample must still know whether it ran.
+                    let read_runs = traces.iter().filter(|t| !t.frames.is_empty()).count() <= MAX_RUNS_READS;
                     for (index, trace) in traces.iter().enumerate() {
                         let futex = asked.contains(&index) && process::in_futex_wait(spy.pid, thread_key(trace));
+                        let same_wait =
+                            if read_runs && !trace.frames.is_empty() { spy.same_wait(thread_key(trace)) } else { None };
                         if trace.frames.is_empty() {
                             spy.had_frames.remove(&thread_key(trace));
                         } else {
                             spy.had_frames.insert(thread_key(trace));
                         }
                         self.saw_event_loop |= loop_waiting(trace);
-                        add_trace(profile, trace, time_us, futex, self.asyncio.as_deref_mut());
+                        add_trace(profile, trace, time_us, futex, same_wait, self.asyncio.as_deref_mut());
                     }
                     added += traces.len();
                 }

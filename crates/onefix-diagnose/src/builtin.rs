@@ -29,6 +29,8 @@ const RULES: &[(&str, &[&str])] = &[
     ("call-in-loop-condition", &["why"]),
     ("concurrent-waits", &["mean", "window_ms", "peak"]),
     ("serial-waits", &["why", "mean", "window_ms", "peak"]),
+    ("serial-span", &["why", "calls", "slowest_ms", "total_s", "remaining_s", "run_s"]),
+    ("serial-span-nested", &["why", "calls", "slowest_ms", "total_s", "remaining_s", "run_s", "outer_line"]),
     ("lazy-setup", &["why", "line"]),
     ("single-wait", &[]),
     ("cpu-cap", &["why", "cpu_seconds", "stretch_seconds", "cpus", "cap"]),

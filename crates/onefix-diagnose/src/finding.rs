@@ -65,6 +65,10 @@ pub enum GainBasis {
     /// Critical-path zeroing: the run's end-to-end path without the line's time, no shorter
     /// than what must still run (any thread's own work, the GIL's, the CPUs').
     CriticalPath,
+    /// The work/span bound of serial waits in a loop: the run without the calls' waits but the
+    /// slowest call's, the calls counted from when their thread ran between them (an upper
+    /// bound: every call overlapped, the remote service keeping up).
+    WorkSpan,
     /// No bound: a memory finding, or a profile with no time in it.
     None,
 }
@@ -74,6 +78,7 @@ impl GainBasis {
         match self {
             GainBasis::BusyShare => "busy-share",
             GainBasis::CriticalPath => "critical-path",
+            GainBasis::WorkSpan => "work-span",
             GainBasis::None => "none",
         }
     }

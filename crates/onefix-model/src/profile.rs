@@ -140,6 +140,14 @@ impl ThreadState {
     /// variable, or the GIL. Read for Python threads that wait while another holds the GIL,
     /// to tell a thread queuing for the GIL from one waiting for I/O at the same line.
     pub const FUTEX: u8 = 8;
+    /// The kernel's count of the thread's runs on a CPU
+    /// (`/proc/PID/task/TID/schedstat`) was read with this sample and with the thread's sample
+    /// before it, so whether it ran in between is known ([`ThreadState::SAME_WAIT`]).
+    pub const RUNS_READ: u8 = 16;
+    /// With [`ThreadState::RUNS_READ`]: the thread has not run since its previous sample, so
+    /// this is the same wait going on, not a new one. Splits back-to-back waits at one line
+    /// (ten 100 ms calls in series) into the calls they are, which the stack alone cannot.
+    pub const SAME_WAIT: u8 = 32;
 
     pub fn new(active: bool, gil: bool) -> ThreadState {
         ThreadState((active as u8 * Self::ACTIVE) | (gil as u8 * Self::GIL))
@@ -158,6 +166,18 @@ impl ThreadState {
     }
     pub fn with_futex(self, futex: bool) -> ThreadState {
         ThreadState(self.0 | (futex as u8 * Self::FUTEX))
+    }
+    /// `same_wait`: `None` when the thread's runs were not read (or not at its previous
+    /// sample), else whether it has not run since.
+    pub fn with_same_wait(self, same_wait: Option<bool>) -> ThreadState {
+        match same_wait {
+            None => self,
+            Some(same) => ThreadState(self.0 | Self::RUNS_READ | (same as u8 * Self::SAME_WAIT)),
+        }
+    }
+    /// Whether this sample continues the wait of the thread's previous one: `None` when not read.
+    pub fn same_wait(self) -> Option<bool> {
+        (self.0 & Self::RUNS_READ != 0).then_some(self.0 & Self::SAME_WAIT != 0)
     }
     pub fn name(self) -> &'static str {
         match (self.active(), self.gil()) {

@@ -122,7 +122,7 @@ struct FindingJson<'a> {
     max_speedup: Option<f64>,
     /// 95% interval of `max_speedup` from sampling alone; the upper end is null when unbounded.
     max_speedup_range: Option<(f64, Option<f64>)>,
-    /// What the bound rests on: `busy-share`, `critical-path` or `none`.
+    /// What the bound rests on: `busy-share`, `critical-path`, `work-span` or `none`.
     gain_basis: &'static str,
     title: &'a str,
     advice: &'a str,

@@ -229,10 +229,15 @@ impl Summary<'_> {
                 (true, onefix_diagnose::GainBasis::CriticalPath) => "faster end to end (on the run's critical path)",
                 (true, _) => "faster",
             };
+            // Serial waits do not go away when fixed: they overlap, and the slowest stays.
+            let what_if = match f.gain_basis {
+                onefix_diagnose::GainBasis::WorkSpan => "if the calls overlapped",
+                _ => "if this cost went away",
+            };
             // Past 100x the figure rests on a handful of samples outside the line.
             let mut gain = match bound {
-                b if b > 100.0 => format!("{INDENT}if this cost went away: more than 100x {gain}"),
-                b => format!("{INDENT}if this cost went away: up to {b:.1}x {gain}"),
+                b if b > 100.0 => format!("{INDENT}{what_if}: more than 100x {gain}"),
+                b => format!("{INDENT}{what_if}: up to {b:.1}x {gain}"),
             };
             // A bound over the stretch of the run that repeats the line (start-up left out) is
             // more than the headline share gives: say which part of the run it is of.

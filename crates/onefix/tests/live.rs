@@ -717,3 +717,28 @@ fn a_main_thread_that_workers_overlap_gains_on_the_critical_path() {
         assert!(sleep["max_speedup"].as_f64().unwrap() < 1.2, "{sleep:#}");
     }
 }
+
+/// Serial calls over one kept-alive connection: the sampler sees one unbroken wait at the same
+/// stack, and the kernel's count of the thread's runs splits it into the calls. The bound is
+/// the work/span one (the slowest call stays), said with the waits counted: the program makes
+/// 150 calls, each ~40 ms; a reply that comes in two pieces (headers, then body) can be two
+/// waits, and a call of a tick or less between two longer ones can merge with its neighbour,
+/// so the count is near 150, not exact.
+#[test]
+fn serial_calls_are_counted_and_bound_by_the_slowest() {
+    let prog = repo().join("tests/programs/weather_report.py");
+    let s = Scratch::new("work-span");
+    let (report, _) = record(&s, &[], &prog);
+    let top = first_finding(&report);
+    assert_eq!(top["line"], line_of(&prog, "# CULPRIT"), "{top:#}");
+    assert_eq!(top["kind"], "serial-io", "{top:#}");
+    assert_eq!(top["gain_basis"], "work-span", "{top:#}");
+    let why = top["why"].as_str().unwrap();
+    let calls: u64 = why
+        .split_once(" separate waits were seen")
+        .and_then(|(before, _)| before.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of calls: {why}"));
+    assert!((120..=225).contains(&calls), "{calls} waits counted for 150 calls: {why}");
+    assert!(top["max_speedup"].as_f64().is_some(), "{top:#}");
+}

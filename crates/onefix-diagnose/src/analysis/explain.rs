@@ -266,16 +266,49 @@ impl Engine<'_> {
         // The title is worded once the share is final (after the findings that are one thing
         // to change are folded together): see `Finding::finish_texts`.
         evidence.truncate(MAX_EVIDENCE);
-        let amdahl = match path {
-            Some(path) => path.speedup(&[l]),
-            None => speedup(weight as f64 / stretch.busy.max(1) as f64),
+        // Serial waits in a loop: the work/span bound over the calls counted (serial.rs), over
+        // the whole run of a program that ended, else over the stretch that repeats the line.
+        let span = match (kind, &loop_at, profile.seconds_per_weight()) {
+            (Kind::SerialIo, Some((loop_file, _, loop_line, _)), Some(spw)) => self.serial_waits(l).and_then(|waits| {
+                let run = self.whole_run_weight().unwrap_or((stretch.seconds / spw).round() as u64);
+                let bound = waits.speedup(run)?;
+                let outer = self.user.resolve(loop_file).and_then(|p| self.source.enclosing_loop(&p, *loop_line));
+                Some((waits, run, bound, outer, spw))
+            }),
+            _ => None,
+        };
+        if let Some((waits, run, _, outer, spw)) = &span {
+            let seconds = |w: u64| format!("{:.2}", w as f64 * spw);
+            let mut values = vec![
+                ("why", std::mem::take(&mut why)),
+                ("calls", waits.calls.to_string()),
+                ("slowest_ms", format!("{:.0}", waits.slowest as f64 * spw * 1e3)),
+                ("total_s", seconds(waits.total)),
+                ("remaining_s", seconds(run - waits.total + waits.slowest)),
+                ("run_s", seconds(*run)),
+            ];
+            let id = match outer {
+                Some(outer) => {
+                    values.push(("outer_line", outer.to_string()));
+                    "serial-span-nested"
+                }
+                None => "serial-span",
+            };
+            why = b.why(id, &values);
+        }
+        let amdahl = match (&span, path) {
+            (Some((_, _, bound, _, _)), _) => Some(*bound),
+            (None, Some(path)) => path.speedup(&[l]),
+            (None, None) => speedup(weight as f64 / stretch.busy.max(1) as f64),
         };
         // The work the line does not do stays, and runs on the machine's CPUs at best: a
         // bound past that (a lock whose holders compute, on fewer CPUs than threads) is no bound.
         let line_running = weight - blocked;
         let cpu_cap = match (opts.cpus, profile.seconds_per_weight()) {
             // The critical path has the CPUs' bound in it already.
-            (Some(cpus), Some(spw)) if path.is_none() && stretch.seconds > 0.0 && stretch.running > line_running => {
+            (Some(cpus), Some(spw))
+                if path.is_none() && span.is_none() && stretch.seconds > 0.0 && stretch.running > line_running =>
+            {
                 let cpu_seconds = (stretch.running - line_running) as f64 * spw;
                 Some((cpus as f64 * stretch.seconds / cpu_seconds, cpus, cpu_seconds))
             }
@@ -306,7 +339,11 @@ impl Engine<'_> {
             code,
             share: line_share,
             max_speedup,
-            bound_weight: path.map_or(stretch.busy, |p| p.samples()),
+            bound_weight: match (&span, path) {
+                (Some((_, run, _, _, _)), _) => *run,
+                (None, Some(p)) => p.samples(),
+                (None, None) => stretch.busy,
+            },
             explained: best.map(|(_, w)| w as f64 / weight.max(1) as f64).unwrap_or(1.0),
             title: String::new(),
             advice,
@@ -315,7 +352,11 @@ impl Engine<'_> {
             recurrence,
             rule,
             enclosing_loop,
-            gain_basis: if path.is_some() { GainBasis::CriticalPath } else { GainBasis::BusyShare },
+            gain_basis: match (&span, path) {
+                (Some(_), _) => GainBasis::WorkSpan,
+                (None, Some(_)) => GainBasis::CriticalPath,
+                (None, None) => GainBasis::BusyShare,
+            },
             what,
         }
     }

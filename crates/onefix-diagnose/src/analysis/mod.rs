@@ -22,6 +22,7 @@ mod facts;
 mod growth;
 mod merge;
 mod rules;
+mod serial;
 mod threads;
 mod waits;
 mod walk;
@@ -573,7 +574,7 @@ impl Engine<'_> {
                 // Amdahl over the two lines' steady shares, recovered from their bounds; on the
                 // critical path, the bound already removed every frame of this source line.
                 prev.max_speedup = match finding.gain_basis {
-                    GainBasis::CriticalPath => prev.max_speedup.or(finding.max_speedup),
+                    GainBasis::CriticalPath | GainBasis::WorkSpan => prev.max_speedup.or(finding.max_speedup),
                     _ => combine(prev.max_speedup, finding.max_speedup, 1.0),
                 };
                 // Their stretches overlap: the longer one stands for both.

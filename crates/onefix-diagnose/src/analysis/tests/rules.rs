@@ -383,3 +383,47 @@ fn too_few_samples_make_no_finding() {
     }
     assert!(b.diagnose("/app").findings.is_empty());
 }
+
+#[test]
+fn serial_calls_counted_where_the_thread_ran_bound_the_gain_by_the_slowest() {
+    let (dir, app) = write_app(
+        "span",
+        "import requests\n\ndef fetch(url):\n    return requests.get(url).json()\n\ndef main(urls):\n    for u in urls:\n        fetch(u)\n",
+    );
+    let (api, socket) = (format!("{SITE}/requests/api.py"), format!("{LIB}/socket.py"));
+    let stack = [("main", &*app, 8), ("fetch", &*app, 4), ("get", &*api, 73), ("readinto", &*socket, 706)];
+    // 12 calls back to back, the first 20 ticks and the others 10, with 10 ticks of work
+    // before them: the thread runs between the calls, unseen by the stack.
+    let record = |read: bool| {
+        let mut b = Builder::new();
+        b.p.meta.exit = Some(onefix_model::TargetExit::Code(0));
+        b.p.meta.target.pid = 1;
+        let mut tick = 0u64;
+        for _ in 0..10 {
+            b.add(1, tick * 10, true, &[("main", &app, 9)]);
+            tick += 1;
+        }
+        for call in 0..12 {
+            for k in 0..if call == 0 { 20 } else { 10 } {
+                let same = (k > 0 || call > 0).then_some(k > 0);
+                let state = ThreadState::new(false, false).with_same_wait(if read { same } else { None });
+                b.add_in(1, tick * 10, state, &stack);
+                tick += 1;
+            }
+        }
+        b.diagnose(dir.to_str().unwrap())
+    };
+    let (counted, unread) = (record(true), record(false));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &counted.findings[0];
+    assert_eq!((f.kind.as_str(), f.line, f.gain_basis), ("serial-io", 7, GainBasis::WorkSpan), "{f:?}");
+    // 130 ticks of waits in a run of 140: overlapped, the 20-tick call and the 10 of work stay.
+    let bound = f.max_speedup.unwrap();
+    assert!((bound - 140.0 / 30.0).abs() < 1e-6, "{bound} {}", f.why);
+    assert!(f.why.contains("12 separate waits were seen (a call whose reply comes in pieces may be two), the slowest 200 ms, 1.30 s in all"), "{}", f.why);
+    assert!(f.why.contains("0.30 s of its 1.40 s"), "{}", f.why);
+    // Without the run counts the calls cannot be told apart: no work/span bound.
+    let f = &unread.findings[0];
+    assert_ne!(f.gain_basis, GainBasis::WorkSpan, "{f:?}");
+    assert!(!f.why.contains("waits were seen"), "{}", f.why);
+}
