@@ -32,6 +32,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("serial-span", &["why", "calls", "slowest_ms", "total_s", "remaining_s", "run_s"]),
     ("serial-span-nested", &["why", "calls", "slowest_ms", "total_s", "remaining_s", "run_s", "outer_line"]),
     ("lazy-setup", &["why", "line"]),
+    ("lazy-setup-no-bound", &["line"]),
     ("single-wait", &[]),
     ("cpu-cap", &["why", "cpu_seconds", "stretch_seconds", "cpus", "cap"]),
     ("holds-lock", &["why", "fix", "lock_at", "waits_percent"]),

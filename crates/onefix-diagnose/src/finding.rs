@@ -51,6 +51,10 @@ pub struct Finding {
     /// worded once the share is final.
     #[serde(skip)]
     pub what: String,
+    /// Why [`Finding::max_speedup`] is `None` when the samples cannot give a bound for a reason
+    /// of the finding's own (the terminal says it instead of the generic one).
+    #[serde(skip)]
+    pub no_bound: Option<String>,
 }
 
 /// What a finding's gain bound rests on.
@@ -247,6 +251,7 @@ mod tests {
             enclosing_loop: None,
             gain_basis: GainBasis::BusyShare,
             what: String::new(),
+            no_bound: None,
         }
     }
 

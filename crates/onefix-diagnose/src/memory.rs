@@ -286,6 +286,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             enclosing_loop: None,
             gain_basis: crate::GainBasis::None,
             what: String::new(),
+            no_bound: None,
         });
     }
 
@@ -423,6 +424,7 @@ fn allocating_line_finding(
         enclosing_loop: None,
         gain_basis: crate::GainBasis::None,
         what: String::new(),
+        no_bound: None,
     }
 }
 

@@ -270,7 +270,9 @@ impl Summary<'_> {
             lines.push(gain);
         } else if self.time_profile() && f.gain_basis != onefix_diagnose::GainBasis::None {
             // No bound: say why rather than leave the line out.
-            let why = if f.kind == onefix_diagnose::Kind::SerialIo {
+            let why = if let Some(why) = &f.no_bound {
+                why.as_str()
+            } else if f.kind == onefix_diagnose::Kind::SerialIo {
                 "the waits are nearly all of the run; overlapping them gains about as many times as calls can run at once, and the slowest call stays, which samples cannot count"
             } else {
                 "the line is nearly all of the run, so the gain is set by what would stay, too little of it was sampled to measure"

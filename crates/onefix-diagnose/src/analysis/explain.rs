@@ -258,6 +258,11 @@ impl Engine<'_> {
             apply(&mut draft, &facts, b);
         }
         let rules::Draft { kind, rule, mut why, fix, file, line, function, code, mut evidence } = draft;
+        // The first use of an object set up lazily is partly the set-up's cost and partly the
+        // use's own work, which stays after the fix; Python samples cannot tell the two apart,
+        // so no bound is given for it (nor for a finding it is folded into).
+        let paid_later = lazy.as_ref().is_some_and(|(_, _, spec)| spec.id == rule);
+        let no_bound = paid_later.then(|| b.why("lazy-setup-no-bound", &[("line", frame.line.to_string())]));
         let enclosing_loop = enclosing.map(|(owner, l)| format!("{}:{}", short(&profile.frame(owner).file), l));
         let advice = match (&enclosing_loop, kind) {
             (Some(at), k) if k != Kind::SerialIo => format!("{fix} (the loop is at {at})"),
@@ -297,6 +302,7 @@ impl Engine<'_> {
             why = b.why(id, &values);
         }
         let amdahl = match (&span, path) {
+            _ if paid_later => None,
             (Some((_, _, bound, _, _)), _) => Some(*bound),
             (None, Some(path)) => path.speedup(&[l]),
             (None, None) => speedup(weight as f64 / stretch.busy.max(1) as f64),
@@ -358,6 +364,7 @@ impl Engine<'_> {
                 (None, None) => GainBasis::BusyShare,
             },
             what,
+            no_bound,
         }
     }
 

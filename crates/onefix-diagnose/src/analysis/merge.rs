@@ -29,6 +29,7 @@ impl Engine<'_> {
             // Only the part of the effect's line that the caused entry explains goes away.
             target.absorb_share(effect.share * effect.explained, effect.share * effect.explained);
             target.max_speedup = combine(target.max_speedup, effect.max_speedup, effect.explained);
+            target.no_bound = target.no_bound.take().or(effect.no_bound.clone());
             target.bound_weight = target.bound_weight.max(effect.bound_weight);
             let effect_what = self
                 .kb
@@ -83,6 +84,7 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
         let (first, second) = if first.share < MINOR_LINE * second.share { (second, first) } else { (first, second) };
         let mut joined = Finding {
             max_speedup: combine(first.max_speedup, second.max_speedup, 1.0),
+            no_bound: first.no_bound.clone().or(second.no_bound.clone()),
             bound_weight: first.bound_weight.max(second.bound_weight),
             why: format!("{}; the same work goes on at line {} ({:.0}%)", first.why, second.line, second.share * 100.0),
             evidence: {
@@ -163,6 +165,7 @@ mod loop_header_tests {
             explained: 1.0,
             enclosing_loop: enclosing_loop.map(str::to_owned),
             what: String::new(),
+            no_bound: None,
             gain_basis: GainBasis::BusyShare,
         }
     }

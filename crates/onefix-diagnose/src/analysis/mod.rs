@@ -577,6 +577,7 @@ impl Engine<'_> {
                     GainBasis::CriticalPath | GainBasis::WorkSpan => prev.max_speedup.or(finding.max_speedup),
                     _ => combine(prev.max_speedup, finding.max_speedup, 1.0),
                 };
+                prev.no_bound = prev.no_bound.take().or(finding.no_bound.clone());
                 // Their stretches overlap: the longer one stands for both.
                 prev.bound_weight = prev.bound_weight.max(finding.bound_weight);
                 join_evidence(&mut prev.evidence, finding.evidence);

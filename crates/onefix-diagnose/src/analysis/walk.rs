@@ -315,6 +315,7 @@ impl Engine<'_> {
             enclosing_loop: None,
             gain_basis: first.map_or(GainBasis::BusyShare, |f| f.gain_basis),
             what: b.what(id, &values),
+            no_bound: None,
         }
     }
 
@@ -358,6 +359,7 @@ impl Engine<'_> {
             rule: id.to_owned(),
             explained: 1.0,
             what: b.what(id, &values),
+            no_bound: None,
             ..first
         }
     }

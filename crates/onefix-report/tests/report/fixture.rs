@@ -169,6 +169,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 enclosing_loop: Some(format!("{UPDATER}:28")),
                 gain_basis: onefix_diagnose::GainBasis::BusyShare,
                 what: String::new(),
+                no_bound: None,
             },
             Finding {
                 rank: 2,
@@ -197,6 +198,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 enclosing_loop: None,
                 gain_basis: onefix_diagnose::GainBasis::BusyShare,
                 what: String::new(),
+                no_bound: None,
             },
         ],
         hot_lines: hot_lines(busy),

@@ -427,3 +427,34 @@ fn serial_calls_counted_where_the_thread_ran_bound_the_gain_by_the_slowest() {
     assert_ne!(f.gain_basis, GainBasis::WorkSpan, "{f:?}");
     assert!(!f.why.contains("waits were seen"), "{}", f.why);
 }
+
+#[test]
+fn a_set_up_paid_at_its_first_use_has_no_bound_from_python_samples() {
+    let (dir, app) = write_app(
+        "lazy",
+        "import sqlite3\n\ndef lookup(path, i):\n    conn = sqlite3.connect(path)\n    row = conn.execute(\"SELECT 1\").fetchone()\n    conn.close()\n    return row\n\nfor i in range(9):\n    lookup(\"x.db\", i)\n",
+    );
+    let mut b = Builder::new();
+    for tick in 0..300u64 {
+        let line = match tick % 10 {
+            0..=3 => 4,
+            4..=8 => 5,
+            _ => 10,
+        };
+        let stack: Vec<(&str, &str, u32)> = if line == 10 {
+            vec![("<module>", &app, 10)]
+        } else {
+            vec![("<module>", &app, 10), ("lookup", &app, line)]
+        };
+        b.add(1, tick * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.kind.as_str(), f.line), ("new-connection-per-request", 4), "{f:?}");
+    assert!(f.evidence.iter().any(|e| e.frame.ends_with("(first use)")), "{:?}", f.evidence);
+    // The query's own work stays once the connection is reused: the first use's share is no
+    // cost that goes away, so neither it nor the set-up's bound with it is given.
+    assert_eq!(f.max_speedup, None, "{f:?}");
+    assert!(f.no_bound.as_deref().is_some_and(|w| w.contains("first use on line 5")), "{f:?}");
+}
