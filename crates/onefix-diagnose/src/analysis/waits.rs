@@ -18,6 +18,11 @@ use super::*;
 
 /// Hops followed from a waiter to its holder's holder.
 const MAX_CASCADE: usize = 4;
+/// A Python lock's waits at ticks whose holder was not read inside its block are charged like
+/// the others when the holder was read at this share of the lock's waiting samples at least...
+const MIN_HOLDER_SEEN: f64 = 0.3;
+/// ...and at this many of them.
+const MIN_HOLDER_SAMPLES: u64 = 20;
 
 /// What a waiting sample waited for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -126,6 +131,11 @@ impl Engine<'_> {
         let profile = self.profile;
         // The block each lock line guards, by the waiter's line: looked up once.
         let mut guarded: HashMap<usize, Option<(FrameId, u32, u32)>> = HashMap::new();
+        // Per lock line: what its holders were read doing (stack, running) and how often, and
+        // the waits whose holder was not read (between two statements of the block, or back
+        // from the lock and queuing for the GIL to go on).
+        let mut seen_holding: HashMap<usize, HashMap<(StackId, bool), u64>> = HashMap::new();
+        let mut unseen: Vec<(usize, usize)> = Vec::new();
         for (i, s) in profile.samples.iter().enumerate() {
             if self.running(s) {
                 continue;
@@ -141,8 +151,13 @@ impl Engine<'_> {
             let mut at = i;
             let mut cause_now = cause;
             let mut charge = None;
-            for _ in 0..MAX_CASCADE {
-                let Some(holder) = self.holder(at, cause_now, timelines, &mut guarded) else { break };
+            for hop in 0..MAX_CASCADE {
+                let Some(holder) = self.holder(at, cause_now, timelines, &mut guarded) else {
+                    if hop == 0 && cause == Cause::Lock && guarded.get(&waited_at).is_some_and(|b| b.is_some()) {
+                        unseen.push((i, waited_at));
+                    }
+                    break;
+                };
                 let h = &profile.samples[holder];
                 let running = self.running(h);
                 let next = if running {
@@ -171,10 +186,53 @@ impl Engine<'_> {
                 }
             }
             if let Some(r) = charge {
+                if cause == Cause::Lock {
+                    *seen_holding.entry(waited_at).or_default().entry((r.stack, r.running)).or_default() +=
+                        s.weight as u64;
+                }
                 out.insert(i, r);
             }
         }
+        self.charge_unseen_holders(&mut out, &seen_holding, unseen);
         out
+    }
+
+    /// Waits for a Python lock at ticks whose holder was not read inside the block the lock
+    /// guards are charged as the waits whose holder was: in proportion to what the holders were
+    /// read doing (deterministically, each to the stack furthest below its share so far). Left
+    /// where they are when the holder was read too seldom to say what it does.
+    fn charge_unseen_holders(
+        &self,
+        out: &mut HashMap<usize, Recharge>,
+        seen_holding: &HashMap<usize, HashMap<(StackId, bool), u64>>,
+        unseen: Vec<(usize, usize)>,
+    ) {
+        let profile = self.profile;
+        let mut unseen_weight: HashMap<usize, u64> = HashMap::new();
+        for &(i, line) in &unseen {
+            *unseen_weight.entry(line).or_default() += profile.samples[i].weight as u64;
+        }
+        let mut given: HashMap<(usize, StackId, bool), u64> = HashMap::new();
+        for (i, waited_at) in unseen {
+            let Some(holding) = seen_holding.get(&waited_at) else { continue };
+            let seen: u64 = holding.values().sum();
+            let all = seen + unseen_weight[&waited_at];
+            if seen < MIN_HOLDER_SAMPLES || (seen as f64) < MIN_HOLDER_SEEN * all as f64 {
+                continue;
+            }
+            let mut options: Vec<(&(StackId, bool), &u64)> = holding.iter().collect();
+            options.sort_by_key(|&(&(stack, running), _)| (stack, running));
+            let Some((&(stack, running), _)) = options.into_iter().min_by(|a, b| {
+                let ratio = |(&(stack, running), &w): (&(StackId, bool), &u64)| {
+                    given.get(&(waited_at, stack, running)).copied().unwrap_or(0) as f64 / w as f64
+                };
+                ratio(*a).total_cmp(&ratio(*b))
+            }) else {
+                continue;
+            };
+            *given.entry((waited_at, stack, running)).or_default() += profile.samples[i].weight as u64;
+            out.insert(i, Recharge { stack, running, cause: Cause::Lock, waited_at });
+        }
     }
 
     /// The sample of the thread that held what sample `i` waited for, at the same tick.

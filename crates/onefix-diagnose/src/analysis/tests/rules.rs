@@ -43,6 +43,40 @@ fn a_contended_lock_is_charged_to_what_its_holder_does_meanwhile() {
 }
 
 #[test]
+fn waits_at_ticks_where_the_holder_was_not_read_are_charged_as_the_others() {
+    let (dir, app) = write_app(
+        "unseen-holder",
+        "import threading\nlock = threading.Lock()\n\ndef thumb(key):\n    with lock:\n        if key not in cache:\n            cache[key] = render(key)\n        return cache[key]\n\ndef render(key):\n    return digest(key)\n",
+    );
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let record = |seen_every: u64| {
+        let mut b = Builder::new();
+        for tick in 0..100 {
+            // One tick in `seen_every` the holder is read inside the block; at the others it is
+            // between two statements, read at the `with lock:` line like the waiters.
+            if tick % seen_every == 0 {
+                b.add(1, tick * 10, true, &[worker, ("thumb", &app, 7), ("render", &app, 11)]);
+            } else {
+                b.add(1, tick * 10, true, &[worker, ("thumb", &app, 5)]);
+            }
+            for tid in 2..5 {
+                b.add(tid, tick * 10, false, &[worker, ("thumb", &app, 5)]);
+            }
+        }
+        b.diagnose(dir.to_str().unwrap())
+    };
+    let (half, rare) = (record(2), record(10));
+    std::fs::remove_dir_all(&dir).unwrap();
+    // Seen at half the ticks: every wait goes to what the holder was seen doing.
+    let f = &half.findings[0];
+    assert_eq!((f.kind.as_str(), f.line), ("lock-contention", 11), "{f:?}");
+    let waits = |d: &Diagnosis| d.hot_lines.iter().find(|h| h.line == 5).map_or(0.0, |h| h.blocked_share);
+    assert!(waits(&half) < 1e-9, "no wait left at the lock: {:?}", half.hot_lines);
+    // Seen at a tenth: too seldom to say what the holder does at the others; they stay.
+    assert!(waits(&rare) > 0.5, "{:?}", rare.hot_lines);
+}
+
+#[test]
 fn a_lock_whose_holder_cannot_be_told_stays_on_the_line_that_waits() {
     // Two threads run user code while three wait on a lock with no block the source shows:
     // which one holds it is not known, so nothing moves.
