@@ -121,7 +121,8 @@ impl Engine<'_> {
     /// `moved`: torn or empty reads the diagnosis placed at a line (by sample index).
     fn step(&mut self, i: usize, recharges: &HashMap<usize, Recharge>, moved: &HashMap<usize, usize>) -> Step {
         let s = &self.profile.samples[i];
-        if let Some(r) = recharges.get(&i) {
+        // A wait charged by inference (its holder not read) is walked as the lock wait it is.
+        if let Some(r) = recharges.get(&i).filter(|r| !r.inferred) {
             return Step::Own(self.line_of(Some(r.stack)));
         }
         let Some(k) = self.stack(s.stack) else { return Step::Own(moved.get(&i).copied()) };

@@ -40,6 +40,12 @@ pub(super) struct Recharge {
     pub cause: Cause,
     /// The line the waiter waited at.
     pub waited_at: usize,
+    /// Charged as the lock's other waits were, its holder not read at that tick (see
+    /// [`Engine::charge_unseen_holders`]): such ticks are mostly the lock passing from one
+    /// holder to the next, a delay that shrinks with the contention but does not vanish with
+    /// the holder's line, so the critical path walks it as the lock wait it is (to whichever
+    /// thread ended it) rather than as the holder's line's time.
+    pub inferred: bool,
 }
 
 /// Each thread's samples as time intervals, to find what another thread did at a given tick.
@@ -179,7 +185,7 @@ impl Engine<'_> {
                     // Through the holder's stack, even at the waiter's own line: the waiter's
                     // time is then the holder's work there, not a wait of its own.
                     (Some(_), None) => {
-                        charge = Some(Recharge { stack: h.stack.unwrap(), running, cause, waited_at });
+                        charge = Some(Recharge { stack: h.stack.unwrap(), running, cause, waited_at, inferred: false });
                         break;
                     }
                     (None, _) => break,
@@ -231,7 +237,7 @@ impl Engine<'_> {
                 continue;
             };
             *given.entry((waited_at, stack, running)).or_default() += profile.samples[i].weight as u64;
-            out.insert(i, Recharge { stack, running, cause: Cause::Lock, waited_at });
+            out.insert(i, Recharge { stack, running, cause: Cause::Lock, waited_at, inferred: true });
         }
     }
 
