@@ -271,6 +271,244 @@ impl SourceCache {
     }
 }
 
+/// The methods of a compiled regular expression that run it.
+const REGEX_METHODS: [&str; 8] = ["match", "search", "fullmatch", "finditer", "findall", "sub", "subn", "split"];
+
+/// How a local name got its value, read from the function's source above the line that uses it.
+enum Binding {
+    /// `name = VALUE`.
+    Assigned(String),
+    /// `for a, name in ITERABLE:`: the name is an element (or part of one) of the iterable.
+    Unpacked(String),
+}
+
+impl SourceCache {
+    /// What the calls on a line stand for once the names they are made through are read in the
+    /// source, as names the knowledge base knows (`re.Pattern.match`):
+    /// - a call through a local bound to a compiled pattern's method: `match = re.compile(p).match`
+    ///   above in the function, or a name a `for` unpacks from a table of such methods (the lexer
+    ///   idiom `for rexmatch, action in TABLE: m = rexmatch(text, pos)`), the table built in this
+    ///   module or in the one it is imported from (`from pkg.rules import TABLE`);
+    /// - a pattern's method called on a name bound to `re.compile(...)` in the module
+    ///   (`_OctalPatt.search(s, i)`), whatever the name.
+    ///
+    /// A parameter, or a name bound to anything else, gives nothing.
+    pub fn resolved_calls(&mut self, path: &Path, line: u32, code: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let names = called_names(code);
+        let Some(lines) = self.lines(path).map(<[String]>::to_vec) else { return out };
+        let idx = (line as usize).saturating_sub(1);
+        for name in names {
+            let method = match name.rsplit_once('.') {
+                // `R.search(...)`: is R a compiled pattern?
+                Some((receiver, m)) if REGEX_METHODS.contains(&m) => {
+                    let receiver = receiver.strip_prefix("self.").unwrap_or(receiver);
+                    if !is_identifier(receiver) || !self.compiles_pattern(path, &lines, receiver) {
+                        continue;
+                    }
+                    Some(m)
+                }
+                Some(_) => None,
+                None => match binding(&lines, idx, &name) {
+                    Some(Binding::Assigned(value)) => bound_pattern_method(&value, |r| {
+                        compiles(r) || (is_identifier(r) && self.compiles_pattern(path, &lines, r))
+                    }),
+                    Some(Binding::Unpacked(iterable)) => self.table_of_pattern_methods(path, &lines, &iterable),
+                    None => None,
+                },
+            };
+            if let Some(m) = method {
+                let resolved = format!("re.Pattern.{m}");
+                if !out.contains(&resolved) {
+                    out.push(resolved);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `name` is bound to a compiled pattern (`NAME = re.compile(...)`, at any depth, or
+    /// `self.NAME = ...`) in the file, or in the module it is imported from.
+    fn compiles_pattern(&mut self, path: &Path, lines: &[String], name: &str) -> bool {
+        if binds_pattern(lines, name) {
+            return true;
+        }
+        let Some(module) = imported_from(lines, name).and_then(|m| module_file(path, &m)) else { return false };
+        self.lines(&module).is_some_and(|l| binds_pattern(l, name))
+    }
+
+    /// For a name a `for` unpacks from `iterable`, the pattern method its table holds: the
+    /// iterable written out, else the module that defines the table (this one, or the one it is
+    /// imported from) builds its elements from bound pattern methods (`(re.compile(rx).match,
+    /// action)`): the assignment of the table's name first, else any such value in that module.
+    fn table_of_pattern_methods(&mut self, path: &Path, lines: &[String], iterable: &str) -> Option<&'static str> {
+        if let Some(m) = bound_pattern_method(iterable, |r| compiles(r) || binds_pattern(lines, r)) {
+            return Some(m);
+        }
+        let table = iterable.trim();
+        let table = table.strip_prefix("self.").or_else(|| table.strip_prefix("cls.")).unwrap_or(table);
+        let root: String = table.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let source: Vec<String> = match imported_from(lines, &root).and_then(|m| module_file(path, &m)) {
+            Some(module) => self.lines(&module)?.to_vec(),
+            None => lines.to_vec(),
+        };
+        let assigns_root = |l: &&String| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("self.").or_else(|| t.strip_prefix("cls.")).unwrap_or(t);
+            !root.is_empty() && t.strip_prefix(root.as_str()).is_some_and(|r| r.trim_start().starts_with('='))
+        };
+        let method_in = |l: &String| {
+            let code = l.split('#').next().unwrap_or(l);
+            bound_pattern_method_at(code, |r| compiles(r) || binds_pattern(&source, r))
+                .map(|(m, end)| (m, code.to_owned(), end))
+        };
+        if let Some((m, _, _)) = source.iter().filter(assigns_root).find_map(method_in) {
+            return Some(m);
+        }
+        // The table is filled elsewhere in its module (a class that builds its token table):
+        // a bound method made as an element of a tuple or list, or returned to be one.
+        source.iter().filter_map(method_in).find_map(|(m, code, end)| {
+            let next = code[end..].trim_start();
+            (next.starts_with([',', ')', ']']) || (code.trim_start().starts_with("return ") && next.is_empty()))
+                .then_some(m)
+        })
+    }
+}
+
+/// Whether an expression compiles a pattern: `re.compile(...)`.
+fn compiles(expr: &str) -> bool {
+    expr.starts_with("re.compile(") || expr.starts_with("regex.compile(")
+}
+
+/// Whether the lines bind `name` (or `self.name`, `cls.name`) to a compiled pattern.
+fn binds_pattern(lines: &[String], name: &str) -> bool {
+    is_identifier(name)
+        && lines.iter().any(|l| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("self.").or_else(|| t.strip_prefix("cls.")).unwrap_or(t);
+            t.strip_prefix(name)
+                .and_then(|r| r.trim_start().strip_prefix('='))
+                .is_some_and(|v| compiles(v.trim_start()))
+        })
+}
+
+/// How `name` is bound above line index `idx`, within its function: the nearest assignment of
+/// it, or the `for` that unpacks it. `None` for a parameter or a name bound elsewhere.
+fn binding(lines: &[String], idx: usize, name: &str) -> Option<Binding> {
+    let indent = indentation(lines.get(idx)?);
+    for text in lines[..idx].iter().rev() {
+        let t = text.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if (t.starts_with("def ") || t.starts_with("async def ")) && indentation(text) < indent {
+            return None;
+        }
+        let header = t.strip_prefix("async for ").or_else(|| t.strip_prefix("for "));
+        if let Some((targets, iterable)) = header.and_then(|h| h.split_once(" in ")) {
+            let unpacks = targets
+                .split(',')
+                .any(|p| p.trim().trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']').trim() == name);
+            if unpacks {
+                let iterable = iterable.split('#').next().unwrap_or(iterable).trim_end();
+                return Some(Binding::Unpacked(iterable.strip_suffix(':').unwrap_or(iterable).trim().to_owned()));
+            }
+            continue;
+        }
+        if let Some((target, value)) = t.split_once('=') {
+            if target.trim() == name && !value.starts_with('=') {
+                return Some(Binding::Assigned(value.trim().to_owned()));
+            }
+        }
+    }
+    None
+}
+
+/// A compiled pattern's method taken as a value, not called, in an expression:
+/// `re.compile(p, FLAGS).match` or `rex.search` with `rex` a compiled pattern by `is_pattern`
+/// (given the receiver's text). The method's name.
+fn bound_pattern_method(expr: &str, is_pattern: impl FnMut(&str) -> bool) -> Option<&'static str> {
+    bound_pattern_method_at(expr, is_pattern).map(|(m, _)| m)
+}
+
+/// [`bound_pattern_method`], with where the method's name ends in `expr`.
+fn bound_pattern_method_at(expr: &str, mut is_pattern: impl FnMut(&str) -> bool) -> Option<(&'static str, usize)> {
+    let bytes = expr.as_bytes();
+    for (dot, _) in expr.match_indices('.') {
+        let after = &expr[dot + 1..];
+        let Some(&m) = REGEX_METHODS.iter().find(|m| {
+            after.starts_with(**m)
+                && !after[m.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                && !after[m.len()..].trim_start().starts_with('(')
+        }) else {
+            continue;
+        };
+        // The receiver: a call `...(...)` back to its name, or a dotted name.
+        let mut start = dot;
+        if dot > 0 && bytes[dot - 1] == b')' {
+            let mut depth = 0i32;
+            let mut i = dot;
+            while i > 0 {
+                i -= 1;
+                match bytes[i] {
+                    b')' => depth += 1,
+                    b'(' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            start = i;
+        }
+        while start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || matches!(bytes[start - 1], b'_' | b'.')) {
+            start -= 1;
+        }
+        let receiver = &expr[start..dot];
+        if !receiver.is_empty() && is_pattern(receiver.strip_prefix("self.").unwrap_or(receiver)) {
+            return Some((m, dot + 1 + m.len()));
+        }
+    }
+    None
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_alphabetic() || c == '_') && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// The module `name` is imported from in a file (`from pkg.rules import TABLE`, `from .rules
+/// import TABLE as T` for `T`), as written (leading dots kept).
+fn imported_from(lines: &[String], name: &str) -> Option<String> {
+    lines.iter().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("from ")?;
+        let (module, names) = rest.split_once(" import ")?;
+        let names = names.split('#').next()?.trim_matches(|c: char| c == '(' || c == ')' || c.is_whitespace());
+        names
+            .split(',')
+            .any(|n| n.split(" as ").last().is_some_and(|local| local.trim() == name))
+            .then(|| module.trim().to_owned())
+    })
+}
+
+/// The file of a module imported by the file at `path`: relative (`.rules`, from the file's
+/// package) or absolute (`pkg.rules`, looked for under the file's ancestors, where the package
+/// is installed).
+fn module_file(path: &Path, module: &str) -> Option<PathBuf> {
+    let dots = module.chars().take_while(|&c| c == '.').count();
+    let rel: PathBuf = module[dots..].split('.').filter(|p| !p.is_empty()).collect();
+    let bases: Vec<&Path> = if dots > 0 {
+        path.ancestors().nth(dots).into_iter().collect()
+    } else {
+        path.ancestors().skip(1).take(8).collect()
+    };
+    bases.into_iter().find_map(|base| {
+        let stem = base.join(&rel);
+        [stem.with_extension("py"), stem.join("__init__.py")].into_iter().find(|f| f.is_file())
+    })
+}
+
 fn indentation(line: &str) -> usize {
     line.chars().take_while(|c| c.is_whitespace()).map(|c| if c == '\t' { 8 } else { 1 }).sum()
 }
@@ -352,6 +590,43 @@ mod tests {
         assert_eq!(called_names("f (g(1))"), vec!["f", "g"]);
         assert_eq!(called_names("with self._lock:  # guard"), vec!["acquire"]);
         assert_eq!(called_names("with open(p) as f:"), vec!["open"]);
+    }
+
+    #[test]
+    fn calls_through_a_name_bound_to_a_compiled_pattern_resolve_to_the_pattern_method() {
+        let dir = std::env::temp_dir().join(format!("onefix-alias-{}", std::process::id()));
+        let pkg = dir.join("pkg");
+        std::fs::create_dir_all(&pkg).unwrap();
+        // A table of (bound method, action) pairs built in another module of the package.
+        std::fs::write(
+            pkg.join("rules.py"),
+            "import re\nFLAGS = re.I\nTABLE = [(re.compile(rx, FLAGS).match, tt) for rx, tt in RAW]\n",
+        )
+        .unwrap();
+        let lexer = pkg.join("lexer.py");
+        std::fs::write(
+            &lexer,
+            "import re\nfrom pkg.rules import TABLE\n_Esc = re.compile(r'\\\\[0-7]')\n\n\
+             def lex(text):\n    for pos in range(len(text)):\n        for rexmatch, action in TABLE:\n            m = rexmatch(text, pos)\n\n\
+             def words(text, pat):\n    find = re.compile(pat).finditer\n    lower = str.lower\n    for m in find(text):\n        yield lower(m.group())\n\n\
+             def unquote(s, i, matcher):\n    o = _Esc.search(s, i)\n    k = matcher(s, i)\n    return s.find(o, i)\n\n\
+             def own(pairs):\n    table = [(rex.search, a) for rex, a in pairs]\n    for search, a in table:\n        search(x)\n",
+        )
+        .unwrap();
+        let mut src = SourceCache::default();
+        let line_of = |src: &mut SourceCache, n: u32| src.line(&lexer, n).unwrap();
+        let resolved = |src: &mut SourceCache, n: u32| {
+            let code = line_of(src, n);
+            src.resolved_calls(&lexer, n, &code)
+        };
+        assert_eq!(resolved(&mut src, 8), ["re.Pattern.match"], "unpacked from a table imported from its module");
+        assert_eq!(resolved(&mut src, 13), ["re.Pattern.finditer"], "a local bound to a pattern's method");
+        assert_eq!(resolved(&mut src, 14), Vec::<String>::new(), "a local bound to something else");
+        assert_eq!(resolved(&mut src, 17), ["re.Pattern.search"], "a method of a module-level pattern");
+        assert_eq!(resolved(&mut src, 18), Vec::<String>::new(), "a parameter");
+        assert_eq!(resolved(&mut src, 19), Vec::<String>::new(), "str.find is no pattern's");
+        assert_eq!(resolved(&mut src, 24), Vec::<String>::new(), "rex is not known to be a pattern");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

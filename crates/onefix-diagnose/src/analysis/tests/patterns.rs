@@ -278,3 +278,30 @@ fn the_functions_a_loop_calls_keep_their_own_findings() {
     assert!(places.contains(&("head", 7)) && places.contains(&("tail", 10)), "{:#?}", d.findings);
     assert!(d.findings.iter().all(|f| f.rule != "loop-iteration"), "{:#?}", d.findings);
 }
+
+/// A tokeniser that calls each pattern through a name its loop unpacks from a table of
+/// `(re.compile(rx).match, action)` pairs: the line's self time is the regex engine's (no
+/// Python frame under it), and the line is regex matching, not the line's own code. With the
+/// table built from plain functions, the same line stays the line's own work.
+#[test]
+fn a_pattern_called_through_a_name_unpacked_from_a_table_is_regex_matching() {
+    let run = |table: &str| {
+        let source = format!(
+            "import re\n{table}\n\ndef tokens(text):\n    for pos in range(len(text)):\n        for rexmatch, action in TABLE:\n            m = rexmatch(text, pos)\n            if m:\n                yield action\n"
+        );
+        let (dir, app) = write_app("regex-alias", &source);
+        let mut b = Builder::new();
+        for ms in 0..200u64 {
+            let line = if ms % 10 < 8 { 7 } else { 8 };
+            b.add(1, ms * 10, true, &[("<module>", &app, 20), ("tokens", &app, line)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let f = run("TABLE = [(re.compile(rx).match, tt) for rx, tt in RULES]");
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (7, "regex-matching", "regex-matching"), "{f:?}");
+    let f = run("TABLE = [(match_rule, tt) for rx, tt in RULES]");
+    assert_eq!(f.line, 7);
+    assert_ne!(f.kind.as_str(), "regex-matching", "{f:?}");
+}
