@@ -15,6 +15,7 @@ use crate::origin::{Origin, UserCode};
 use crate::{Diagnosis, Evidence, Finding, GainBasis, HotLine, Kind, Note};
 
 mod bound;
+mod carry;
 mod charge;
 mod critical;
 mod explain;
@@ -216,7 +217,17 @@ pub fn settle_running(profile: &mut Profile, kb: &KnowledgeBase, user: &UserCode
 }
 
 pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
-    Engine::new(profile, kb, user, opts).run(opts)
+    let mut diagnosis = Engine::new(profile, kb, user, opts).run(opts);
+    carry::carry_library_patterns(&mut diagnosis, profile, kb, user, opts);
+    diagnosis
+}
+
+/// What shares are of, in a title.
+fn time_words(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Wall => "time of the threads with work",
+        Mode::Cpu => "CPU time",
+    }
 }
 
 impl<'a> Engine<'a> {
@@ -609,10 +620,7 @@ impl Engine<'_> {
         } else {
             findings.sort_by(|a, b| b.share.total_cmp(&a.share));
         }
-        let time = match mode {
-            Mode::Wall => "time of the threads with work",
-            Mode::Cpu => "CPU time",
-        };
+        let time = time_words(mode);
         for (i, f) in findings.iter_mut().enumerate() {
             f.rank = i + 1;
             f.finish_texts(time, MAX_EVIDENCE);

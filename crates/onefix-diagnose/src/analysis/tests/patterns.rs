@@ -305,3 +305,50 @@ fn a_pattern_called_through_a_name_unpacked_from_a_table_is_regex_matching() {
     assert_eq!(f.line, 7);
     assert_ne!(f.kind.as_str(), "regex-matching", "{f:?}");
 }
+
+/// The user's view of a call into an installed package: the package's own view finds a walk
+/// started on every call under most of the call's time, and the user's line says so (the kind,
+/// the package's line as evidence, the advice for code the user does not own). With the
+/// package's time spread over plain calls, the line stays a hot call.
+#[test]
+fn a_call_into_a_package_carries_the_pattern_the_packages_own_view_finds() {
+    let run = |tag: &str, walk: bool| {
+        let dir = std::env::temp_dir().join(format!("onefix-carry-{tag}-{}", std::process::id()));
+        let app_dir = dir.join("app");
+        let lib_dir = dir.join("venv/lib/python3.11/site-packages/resolverlib");
+        std::fs::create_dir_all(&app_dir).unwrap();
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        let driver = app_dir.join("driver.py");
+        std::fs::write(
+            &driver,
+            "from resolverlib.core import Resolver\nr = Resolver({})\nfor ref in refs:\n    r.resolve(ref)\n",
+        )
+        .unwrap();
+        let lib = lib_dir.join("core.py");
+        std::fs::write(&lib, RESOLVER).unwrap();
+        let (driver, lib) = (driver.to_str().unwrap().to_owned(), lib.to_str().unwrap().to_owned());
+        let mut b = Builder::new();
+        for ms in 0..400u64 {
+            let mut stack: Vec<(&str, &str, u32)> = vec![("<module>", &driver, 4)];
+            if walk && ms % 10 < 8 {
+                stack.push(("Resolver.resolve", &lib, 15));
+                stack.push(("Resolver._walk", &lib, [9u32, 10, 11, 12][(ms / 10 % 4) as usize]));
+            } else {
+                stack.push(("Resolver.resolve", &lib, 19));
+            }
+            b.add(1, ms * 10, true, &stack);
+        }
+        let user = UserCode::new([&app_dir], Some(&app_dir));
+        let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let f = run("walk", true);
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (4, "repeated-walk", "in-package:repeated-walk"), "{f:#?}");
+    assert!(f.why.contains("inside resolverlib") && f.why.contains("core.py:15"), "{}", f.why);
+    let at = f.evidence.iter().find(|e| e.frame == "resolverlib.core.Resolver.resolve").unwrap();
+    assert_eq!(at.line, 15, "{:?}", f.evidence);
+    assert!(f.advice.contains("resolverlib's code"), "{}", f.advice);
+    let f = run("plain", false);
+    assert_eq!((f.line, f.kind.as_str()), (4, "hot-call"), "{f:#?}");
+}
