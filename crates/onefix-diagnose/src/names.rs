@@ -186,8 +186,22 @@ impl SourceCache {
 
     pub fn enclosing_loop(&mut self, path: &Path, line: u32) -> Option<u32> {
         let lines = self.lines(path)?;
-        let idx = (line as usize).checked_sub(1)?;
+        let mut idx = (line as usize).checked_sub(1)?;
         let mut indent = indentation(lines.get(idx)?);
+        // A closing brace ends its block's scope: what runs there (a drop of the block's
+        // locals) runs once per pass of the loop whose body it closes. Start from the line
+        // that opened the block.
+        if matches!(lines[idx].trim(), "}" | "};") {
+            let open = (0..idx).rev().find(|&i| {
+                let t = lines[i].trim_end();
+                indentation(&lines[i]) == indent && !t.trim_start().is_empty() && t.ends_with('{')
+            })?;
+            if starts_loop(lines[open].trim_start()) {
+                return Some(open as u32 + 1);
+            }
+            idx = open;
+            indent = indentation(&lines[open]);
+        }
         for i in (0..idx).rev() {
             let text = &lines[i];
             let t = text.trim_start();
@@ -678,6 +692,16 @@ mod tests {
         .unwrap();
         assert_eq!(src.enclosing_loop(&c, 4), Some(3));
         assert_eq!(src.enclosing_loop(&c, 2), None);
+        // A closing brace is in the loop whose body it closes (a Rust drop at the end of a pass).
+        let rs = dir.join("each.rs");
+        std::fs::write(
+            &rs,
+            "fn each(rc: &Ctx, n: usize) {\n    for i in 0..n {\n        let local = rc.derive();\n        if i > 0 {\n            render(&local);\n        }\n    }\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.enclosing_loop(&rs, 7), Some(2), "the loop's own closing brace");
+        assert_eq!(src.enclosing_loop(&rs, 6), Some(2), "an if's closing brace inside the loop");
+        assert_eq!(src.enclosing_loop(&rs, 8), None, "the function's");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -611,6 +611,7 @@ impl Engine<'_> {
         }
         merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
         self.merge_consequences(&mut findings);
+        merge::fold_drops_into_copies(&mut findings);
         merge::fold_loop_headers(&mut findings);
         // On a critical path, the line to change first is the one whose removal shortens the
         // run most, whatever share of the summed busy time it holds.

@@ -352,3 +352,67 @@ fn a_call_into_a_package_carries_the_pattern_the_packages_own_view_finds() {
     let f = run("plain", false);
     assert_eq!((f.line, f.kind.as_str()), (4, "hot-call"), "{f:#?}");
 }
+
+/// Each pass of a Rust loop clones a context holding a JSON value tree, and frees the copy at
+/// the loop body's closing brace: the drop is the copy's cost, one finding at the clone. A drop
+/// in a loop that copies nothing stays its own finding.
+#[test]
+fn the_drop_of_a_copy_made_per_pass_is_part_of_the_copy() {
+    let source = "fn each(rc: &Ctx, n: usize) {\n    for i in 0..n {\n        let local = rc.derive();\n        render(&local, i);\n    }\n}\n\nimpl Ctx {\n    fn derive(&self) -> Ctx {\n        Ctx { data: self.data.clone() }\n    }\n}\n";
+    let run = |copies: bool| {
+        let dir = std::env::temp_dir().join(format!("onefix-drop-copy-{copies}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let app = dir.join("each.rs");
+        std::fs::write(&app, source).unwrap();
+        let app = app.to_str().unwrap().to_owned();
+        let serde = "/root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/serde_json-1.0.100/src/value/mod.rs";
+        let ptr = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/ptr/mod.rs";
+        let mut b = Builder::new();
+        for tick in 0..200u64 {
+            let mut stack: Vec<(&str, &str, u32)> = vec![("_start", "", 0), ("each", &app, 3)];
+            match tick % 20 {
+                0..=10 if copies => {
+                    stack.push(("Ctx::derive", &app, 10));
+                    stack.push(("<serde_json::value::Value as core::clone::Clone>::clone", serde, 120));
+                }
+                0..=10 => stack[1].2 = 4,
+                11..=17 => {
+                    stack[1].2 = 5;
+                    stack.push(("core::ptr::drop_in_place<app::Ctx>", ptr, 523));
+                    stack.push(("core::ptr::drop_in_place<serde_json::value::Value>", ptr, 523));
+                }
+                _ => stack[1].2 = 4,
+            }
+            let ids: Vec<FrameId> = stack
+                .iter()
+                .map(|&(f, file, line)| {
+                    b.p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/each") })
+                })
+                .collect();
+            let stack = b.p.intern_stack(ids);
+            let thread = b.p.intern_thread(1, 1, None);
+            b.p.samples.push(Sample {
+                time_us: tick * 10_000,
+                thread,
+                stack,
+                state: ThreadState::new(true, true),
+                weight: 1,
+            });
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d
+    };
+    let d = run(true);
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str()), (10, "deep-copy"), "{:#?}", d.findings);
+    assert!((f.share - 0.9).abs() < 0.03, "the clone's 55% and the drop's 35%: {f:?}");
+    assert!(f.why.contains("freed again at each.rs:5"), "{}", f.why);
+    assert!(!d.findings.iter().any(|f| f.line == 5), "{:#?}", d.findings);
+    let d = run(false);
+    assert!(
+        d.findings.iter().any(|f| f.line == 5),
+        "no copy in the loop: the drop is its own finding {:#?}",
+        d.findings
+    );
+}
