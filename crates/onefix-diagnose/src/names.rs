@@ -184,6 +184,50 @@ impl SourceCache {
         header && bound.is_match(&t)
     }
 
+    /// A search on `line` from a position that its own loop advances, over a text the loop does
+    /// not change: `pat.search(s, i)`, `s.find(sep, i)` or `s.index(sep, i)` inside `while ...:`
+    /// whose body assigns `i` (or inside `for i in ...:`), and assigns `s` nowhere. Each pass
+    /// scans the rest of the text. Returns (the call, the text, the position).
+    pub fn search_from_advancing_position(&mut self, path: &Path, line: u32) -> Option<(String, String, String)> {
+        static SEARCH: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        let search = SEARCH.get_or_init(|| {
+            regex::Regex::new(
+                r#"([A-Za-z_][\w.]*)\.(search|find|index)\(\s*('[^']*'|"[^"]*"|[^,()]+?)\s*,\s*([A-Za-z_]\w*)\s*[,)]"#,
+            )
+            .unwrap()
+        });
+        let loop_line = self.enclosing_loop(path, line)?;
+        let lines = self.lines(path)?;
+        let code = lines.get((line as usize).checked_sub(1)?)?.split('#').next()?.to_owned();
+        let caps = search.captures(&code)?;
+        let (receiver, method, first, var) = (&caps[1], &caps[2], &caps[3], caps[4].to_owned());
+        // A pattern's search takes the text first; a string's find is called on the text.
+        let text = if method == "search" { first } else { receiver }.to_owned();
+        if !is_identifier(&text) {
+            return None;
+        }
+        let header = lines[loop_line as usize - 1].trim_start();
+        let head_indent = indentation(&lines[loop_line as usize - 1]);
+        let body: Vec<&str> = lines[loop_line as usize..]
+            .iter()
+            .take_while(|l| l.trim().is_empty() || indentation(l) > head_indent)
+            .map(|l| l.trim_start())
+            .collect();
+        let assigns = |name: &str, l: &str| {
+            l.strip_prefix(name).is_some_and(|r| {
+                let r = r.trim_start();
+                (r.starts_with('=') && !r.starts_with("==")) || r.starts_with("+=")
+            })
+        };
+        let advances = if let Some(rest) = header.strip_prefix("for ") {
+            rest.split(" in ").next().is_some_and(|t| t.split(',').any(|p| p.trim() == var))
+        } else {
+            header.starts_with("while ") && body.iter().any(|l| assigns(&var, l))
+        };
+        let text_changes = body.iter().any(|l| assigns(&text, l));
+        (advances && !text_changes && text != var).then(|| (format!("{receiver}.{method}()"), text, var))
+    }
+
     pub fn enclosing_loop(&mut self, path: &Path, line: u32) -> Option<u32> {
         let lines = self.lines(path)?;
         let mut idx = (line as usize).checked_sub(1)?;
@@ -640,6 +684,34 @@ mod tests {
         assert_eq!(resolved(&mut src, 18), Vec::<String>::new(), "a parameter");
         assert_eq!(resolved(&mut src, 19), Vec::<String>::new(), "str.find is no pattern's");
         assert_eq!(resolved(&mut src, 24), Vec::<String>::new(), "rex is not known to be a pattern");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_search_from_a_position_its_loop_advances_is_told_from_one_that_does_not() {
+        let dir = std::env::temp_dir().join(format!("onefix-advancing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("unquote.py");
+        std::fs::write(
+            &path,
+            "def unquote(s):\n    i = 0\n    while i < len(s):\n        m = _Esc.search(s, i)\n        if not m:\n            break\n        i = m.end()\n\n\
+             def words(s, seps):\n    for sep in seps:\n        k = s.find(sep, 0)\n\n\
+             def grow(s, i):\n    while i < 10:\n        k = s.find(':', i)\n        s += ':'\n        i = k\n\n\
+             def each(s, n):\n    for i in range(n):\n        k = s.find(':', i)\n",
+        )
+        .unwrap();
+        let mut src = SourceCache::default();
+        assert_eq!(
+            src.search_from_advancing_position(&path, 4),
+            Some(("_Esc.search()".to_owned(), "s".to_owned(), "i".to_owned()))
+        );
+        assert_eq!(src.search_from_advancing_position(&path, 11), None, "the start does not move");
+        assert_eq!(src.search_from_advancing_position(&path, 15), None, "the text grows: another pattern");
+        assert_eq!(
+            src.search_from_advancing_position(&path, 21),
+            Some(("s.find()".to_owned(), "s".to_owned(), "i".to_owned())),
+            "a for's target advances"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

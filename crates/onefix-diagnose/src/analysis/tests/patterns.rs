@@ -416,3 +416,30 @@ fn the_drop_of_a_copy_made_per_pass_is_part_of_the_copy() {
         d.findings
     );
 }
+
+/// An unquoting loop searches for the next escape from a position it advances, over the same
+/// text: each pass scans the rest of the text (all of it when there is no escape left), so the
+/// loop is quadratic in the text's length. The same search from a fixed start is not.
+#[test]
+fn a_search_from_the_position_its_loop_advances_is_quadratic() {
+    let run = |advance: &str| {
+        let source = format!(
+            "import re\n_Esc = re.compile(r'\\\\[0-7]{{3}}')\n\ndef unquote(s):\n    i = 0\n    while i < len(s):\n        m = _Esc.search(s, i)\n        if not m:\n            break\n        {advance}\n"
+        );
+        let (dir, app) = write_app("advancing-search", &source);
+        let mut b = Builder::new();
+        for ms in 0..200u64 {
+            let line = if ms % 10 < 8 { 7 } else { 10 };
+            b.add(1, ms * 10, true, &[("<module>", &app, 20), ("unquote", &app, line)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let f = run("i = m.end()");
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (7, "quadratic", "search-from-advancing-position"), "{f:?}");
+    assert!(f.why.contains("_Esc.search() scans s from i"), "{}", f.why);
+    assert!(f.title.starts_with("Searching the rest of s from each position"), "{}", f.title);
+    let f = run("n = m.end()");
+    assert_eq!((f.line, f.kind.as_str()), (7, "regex-matching"), "the start does not move: {f:?}");
+}
