@@ -84,7 +84,8 @@ pub(super) fn fold_drops_into_copies(findings: &mut Vec<Finding>) {
         let drop = findings.remove(i);
         let c = if c > i { c - 1 } else { c };
         let target = &mut findings[c];
-        target.absorb_share(drop.share, drop.share * drop.explained);
+        // All of the drop is the copy's cost: freeing what the copy allocated.
+        target.absorb_share(drop.share, drop.share);
         target.max_speedup = combine(target.max_speedup, drop.max_speedup, 1.0);
         target.bound_weight = target.bound_weight.max(drop.bound_weight);
         target.why = format!(

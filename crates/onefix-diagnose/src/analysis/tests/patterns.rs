@@ -409,6 +409,11 @@ fn the_drop_of_a_copy_made_per_pass_is_part_of_the_copy() {
     assert!((f.share - 0.9).abs() < 0.03, "the clone's 55% and the drop's 35%: {f:?}");
     assert!(f.why.contains("freed again at each.rs:5"), "{}", f.why);
     assert!(!f.why.contains("encoding"), "a value tree's clone encodes nothing: {}", f.why);
+    assert!(
+        f.title.starts_with("Cloning a parsed document's value tree takes 90%"),
+        "the drop is the copy's: {}",
+        f.title
+    );
     assert!(!d.findings.iter().any(|f| f.line == 5), "{:#?}", d.findings);
     let d = run(false);
     assert!(
