@@ -141,6 +141,8 @@ pub fn called_names(code: &str) -> Vec<String> {
 #[derive(Default)]
 pub struct SourceCache {
     files: HashMap<PathBuf, Option<Vec<String>>>,
+    /// [`SourceCache::resolved_calls`] by line: asked once per stack, read once per line.
+    resolved: HashMap<(PathBuf, u32), Vec<String>>,
 }
 
 impl SourceCache {
@@ -352,6 +354,16 @@ impl SourceCache {
     ///
     /// A parameter, or a name bound to anything else, gives nothing.
     pub fn resolved_calls(&mut self, path: &Path, line: u32, code: &str) -> Vec<String> {
+        let key = (path.to_path_buf(), line);
+        if let Some(known) = self.resolved.get(&key) {
+            return known.clone();
+        }
+        let out = self.resolve_calls(path, line, code);
+        self.resolved.insert(key, out.clone());
+        out
+    }
+
+    fn resolve_calls(&mut self, path: &Path, line: u32, code: &str) -> Vec<String> {
         let mut out = Vec::new();
         let names = called_names(code);
         let Some(lines) = self.lines(path).map(<[String]>::to_vec) else { return out };
