@@ -41,6 +41,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("loop-iteration", &["loop_at", "lines", "parts"]),
     ("rescan-growing", &["var", "grow_at"]),
     ("recursion-rescan", &["function", "depth"]),
+    ("search-from-advancing-position", &["call", "text", "var", "loop_at"]),
     ("append-copy", &["var"]),
 ];
 

@@ -103,15 +103,7 @@ impl Finding {
     /// by function, heaviest first: what a reader checks against the headline number.
     /// `time` names what shares are of ("time of the threads with work", "CPU time").
     pub fn finish_texts(&mut self, time: &str, max_evidence: usize) {
-        let place = format!("{}:{}", onefix_model::fmt::file_name(&self.file), self.line);
-        let percent = self.share * 100.0;
-        self.title = if self.what.is_empty() {
-            format!("{place} takes {percent:.0}% of the {time}")
-        } else if self.explained >= MOSTLY_EXPLAINED {
-            format!("{} takes {percent:.0}% of the {time} under {place}", capitalize(&self.what))
-        } else {
-            format!("{place} takes {percent:.0}% of the {time}; {} is {:.0}% of it", self.what, self.explained * 100.0)
-        };
+        self.word_title(time);
         let mut by_function: Vec<Evidence> = Vec::with_capacity(self.evidence.len());
         for e in self.evidence.drain(..) {
             match by_function.iter_mut().find(|x| x.frame == e.frame) {
@@ -128,6 +120,19 @@ impl Finding {
         by_function.sort_by(|a, b| b.share.total_cmp(&a.share));
         by_function.truncate(max_evidence);
         self.evidence = by_function;
+    }
+
+    /// Words the title from the share and what the cost is.
+    pub fn word_title(&mut self, time: &str) {
+        let place = format!("{}:{}", onefix_model::fmt::file_name(&self.file), self.line);
+        let percent = self.share * 100.0;
+        self.title = if self.what.is_empty() {
+            format!("{place} takes {percent:.0}% of the {time}")
+        } else if self.explained >= MOSTLY_EXPLAINED {
+            format!("{} takes {percent:.0}% of the {time} under {place}", capitalize(&self.what))
+        } else {
+            format!("{place} takes {percent:.0}% of the {time}; {} is {:.0}% of it", self.what, self.explained * 100.0)
+        };
     }
 
     /// The 95% interval of [`Finding::max_speedup`] from sampling alone: the bound rests on

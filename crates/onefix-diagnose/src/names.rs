@@ -141,6 +141,8 @@ pub fn called_names(code: &str) -> Vec<String> {
 #[derive(Default)]
 pub struct SourceCache {
     files: HashMap<PathBuf, Option<Vec<String>>>,
+    /// [`SourceCache::resolved_calls`] by line: asked once per stack, read once per line.
+    resolved: HashMap<(PathBuf, u32), Vec<String>>,
 }
 
 impl SourceCache {
@@ -184,10 +186,68 @@ impl SourceCache {
         header && bound.is_match(&t)
     }
 
+    /// A search on `line` from a position that its own loop advances, over a text the loop does
+    /// not change: `pat.search(s, i)`, `s.find(sep, i)` or `s.index(sep, i)` inside `while ...:`
+    /// whose body assigns `i` (or inside `for i in ...:`), and assigns `s` nowhere. Each pass
+    /// scans the rest of the text. Returns (the call, the text, the position).
+    pub fn search_from_advancing_position(&mut self, path: &Path, line: u32) -> Option<(String, String, String)> {
+        static SEARCH: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+        let search = SEARCH.get_or_init(|| {
+            regex::Regex::new(
+                r#"([A-Za-z_][\w.]*)\.(search|find|index)\(\s*('[^']*'|"[^"]*"|[^,()]+?)\s*,\s*([A-Za-z_]\w*)\s*[,)]"#,
+            )
+            .unwrap()
+        });
+        let loop_line = self.enclosing_loop(path, line)?;
+        let lines = self.lines(path)?;
+        let code = lines.get((line as usize).checked_sub(1)?)?.split('#').next()?.to_owned();
+        let caps = search.captures(&code)?;
+        let (receiver, method, first, var) = (&caps[1], &caps[2], &caps[3], caps[4].to_owned());
+        // A pattern's search takes the text first; a string's find is called on the text.
+        let text = if method == "search" { first } else { receiver }.to_owned();
+        if !is_identifier(&text) {
+            return None;
+        }
+        let header = lines[loop_line as usize - 1].trim_start();
+        let head_indent = indentation(&lines[loop_line as usize - 1]);
+        let body: Vec<&str> = lines[loop_line as usize..]
+            .iter()
+            .take_while(|l| l.trim().is_empty() || indentation(l) > head_indent)
+            .map(|l| l.trim_start())
+            .collect();
+        let assigns = |name: &str, l: &str| {
+            l.strip_prefix(name).is_some_and(|r| {
+                let r = r.trim_start();
+                (r.starts_with('=') && !r.starts_with("==")) || r.starts_with("+=")
+            })
+        };
+        let advances = if let Some(rest) = header.strip_prefix("for ") {
+            rest.split(" in ").next().is_some_and(|t| t.split(',').any(|p| p.trim() == var))
+        } else {
+            header.starts_with("while ") && body.iter().any(|l| assigns(&var, l))
+        };
+        let text_changes = body.iter().any(|l| assigns(&text, l));
+        (advances && !text_changes && text != var).then(|| (format!("{receiver}.{method}()"), text, var))
+    }
+
     pub fn enclosing_loop(&mut self, path: &Path, line: u32) -> Option<u32> {
         let lines = self.lines(path)?;
-        let idx = (line as usize).checked_sub(1)?;
+        let mut idx = (line as usize).checked_sub(1)?;
         let mut indent = indentation(lines.get(idx)?);
+        // A closing brace ends its block's scope: what runs there (a drop of the block's
+        // locals) runs once per pass of the loop whose body it closes. Start from the line
+        // that opened the block.
+        if matches!(lines[idx].trim(), "}" | "};") {
+            let open = (0..idx).rev().find(|&i| {
+                let t = lines[i].trim_end();
+                indentation(&lines[i]) == indent && !t.trim_start().is_empty() && t.ends_with('{')
+            })?;
+            if starts_loop(lines[open].trim_start()) {
+                return Some(open as u32 + 1);
+            }
+            idx = open;
+            indent = indentation(&lines[open]);
+        }
         for i in (0..idx).rev() {
             let text = &lines[i];
             let t = text.trim_start();
@@ -269,6 +329,254 @@ impl SourceCache {
         }
         None
     }
+}
+
+/// The methods of a compiled regular expression that run it.
+const REGEX_METHODS: [&str; 8] = ["match", "search", "fullmatch", "finditer", "findall", "sub", "subn", "split"];
+
+/// How a local name got its value, read from the function's source above the line that uses it.
+enum Binding {
+    /// `name = VALUE`.
+    Assigned(String),
+    /// `for a, name in ITERABLE:`: the name is an element (or part of one) of the iterable.
+    Unpacked(String),
+}
+
+impl SourceCache {
+    /// What the calls on a line stand for once the names they are made through are read in the
+    /// source, as names the knowledge base knows (`re.Pattern.match`):
+    /// - a call through a local bound to a compiled pattern's method: `match = re.compile(p).match`
+    ///   above in the function, or a name a `for` unpacks from a table of such methods (the lexer
+    ///   idiom `for rexmatch, action in TABLE: m = rexmatch(text, pos)`), the table built in this
+    ///   module or in the one it is imported from (`from pkg.rules import TABLE`);
+    /// - a pattern's method called on a name bound to `re.compile(...)` in the module
+    ///   (`_OctalPatt.search(s, i)`), whatever the name.
+    ///
+    /// A parameter, or a name bound to anything else, gives nothing.
+    pub fn resolved_calls(&mut self, path: &Path, line: u32, code: &str) -> Vec<String> {
+        let key = (path.to_path_buf(), line);
+        if let Some(known) = self.resolved.get(&key) {
+            return known.clone();
+        }
+        let out = self.resolve_calls(path, line, code);
+        self.resolved.insert(key, out.clone());
+        out
+    }
+
+    fn resolve_calls(&mut self, path: &Path, line: u32, code: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let names = called_names(code);
+        let Some(lines) = self.lines(path).map(<[String]>::to_vec) else { return out };
+        let idx = (line as usize).saturating_sub(1);
+        for name in names {
+            let method = match name.rsplit_once('.') {
+                // `R.search(...)`: is R a compiled pattern?
+                Some((receiver, m)) if REGEX_METHODS.contains(&m) => {
+                    let receiver = receiver.strip_prefix("self.").unwrap_or(receiver);
+                    if !is_identifier(receiver) || !self.compiles_pattern(path, &lines, receiver) {
+                        continue;
+                    }
+                    Some(m)
+                }
+                Some(_) => None,
+                None => match binding(&lines, idx, &name) {
+                    Some(Binding::Assigned(value)) => bound_pattern_method(&value, |r| {
+                        compiles(r) || (is_identifier(r) && self.compiles_pattern(path, &lines, r))
+                    }),
+                    Some(Binding::Unpacked(iterable)) => self.table_of_pattern_methods(path, &lines, &iterable),
+                    None => None,
+                },
+            };
+            if let Some(m) = method {
+                let resolved = format!("re.Pattern.{m}");
+                if !out.contains(&resolved) {
+                    out.push(resolved);
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether `name` is bound to a compiled pattern (`NAME = re.compile(...)`, at any depth, or
+    /// `self.NAME = ...`) in the file, or in the module it is imported from.
+    fn compiles_pattern(&mut self, path: &Path, lines: &[String], name: &str) -> bool {
+        if binds_pattern(lines, name) {
+            return true;
+        }
+        let Some(module) = imported_from(lines, name).and_then(|m| module_file(path, &m)) else { return false };
+        self.lines(&module).is_some_and(|l| binds_pattern(l, name))
+    }
+
+    /// For a name a `for` unpacks from `iterable`, the pattern method its table holds: the
+    /// iterable written out, else the module that defines the table (this one, or the one it is
+    /// imported from) builds its elements from bound pattern methods (`(re.compile(rx).match,
+    /// action)`): the assignment of the table's name first, else any such value in that module.
+    fn table_of_pattern_methods(&mut self, path: &Path, lines: &[String], iterable: &str) -> Option<&'static str> {
+        if let Some(m) = bound_pattern_method(iterable, |r| compiles(r) || binds_pattern(lines, r)) {
+            return Some(m);
+        }
+        let table = iterable.trim();
+        let table = table.strip_prefix("self.").or_else(|| table.strip_prefix("cls.")).unwrap_or(table);
+        let root: String = table.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        let source: Vec<String> = match imported_from(lines, &root).and_then(|m| module_file(path, &m)) {
+            Some(module) => self.lines(&module)?.to_vec(),
+            None => lines.to_vec(),
+        };
+        let assigns_root = |l: &&String| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("self.").or_else(|| t.strip_prefix("cls.")).unwrap_or(t);
+            !root.is_empty() && t.strip_prefix(root.as_str()).is_some_and(|r| r.trim_start().starts_with('='))
+        };
+        let method_in = |l: &String| {
+            let code = l.split('#').next().unwrap_or(l);
+            bound_pattern_method_at(code, |r| compiles(r) || binds_pattern(&source, r))
+                .map(|(m, end)| (m, code.to_owned(), end))
+        };
+        if let Some((m, _, _)) = source.iter().filter(assigns_root).find_map(method_in) {
+            return Some(m);
+        }
+        // The table is filled elsewhere in its module (a class that builds its token table):
+        // a bound method made as an element of a tuple or list, or returned to be one.
+        source.iter().filter_map(method_in).find_map(|(m, code, end)| {
+            let next = code[end..].trim_start();
+            (next.starts_with([',', ')', ']']) || (code.trim_start().starts_with("return ") && next.is_empty()))
+                .then_some(m)
+        })
+    }
+}
+
+/// Whether an expression compiles a pattern: `re.compile(...)`.
+fn compiles(expr: &str) -> bool {
+    expr.starts_with("re.compile(") || expr.starts_with("regex.compile(")
+}
+
+/// Whether the lines bind `name` (or `self.name`, `cls.name`) to a compiled pattern.
+fn binds_pattern(lines: &[String], name: &str) -> bool {
+    is_identifier(name)
+        && lines.iter().any(|l| {
+            let t = l.trim_start();
+            let t = t.strip_prefix("self.").or_else(|| t.strip_prefix("cls.")).unwrap_or(t);
+            t.strip_prefix(name)
+                .and_then(|r| r.trim_start().strip_prefix('='))
+                .is_some_and(|v| compiles(v.trim_start()))
+        })
+}
+
+/// How `name` is bound above line index `idx`, within its function: the nearest assignment of
+/// it, or the `for` that unpacks it. `None` for a parameter or a name bound elsewhere.
+fn binding(lines: &[String], idx: usize, name: &str) -> Option<Binding> {
+    let indent = indentation(lines.get(idx)?);
+    for text in lines[..idx].iter().rev() {
+        let t = text.trim_start();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if (t.starts_with("def ") || t.starts_with("async def ")) && indentation(text) < indent {
+            return None;
+        }
+        let header = t.strip_prefix("async for ").or_else(|| t.strip_prefix("for "));
+        if let Some((targets, iterable)) = header.and_then(|h| h.split_once(" in ")) {
+            let unpacks = targets
+                .split(',')
+                .any(|p| p.trim().trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']').trim() == name);
+            if unpacks {
+                let iterable = iterable.split('#').next().unwrap_or(iterable).trim_end();
+                return Some(Binding::Unpacked(iterable.strip_suffix(':').unwrap_or(iterable).trim().to_owned()));
+            }
+            continue;
+        }
+        if let Some((target, value)) = t.split_once('=') {
+            if target.trim() == name && !value.starts_with('=') {
+                return Some(Binding::Assigned(value.trim().to_owned()));
+            }
+        }
+    }
+    None
+}
+
+/// A compiled pattern's method taken as a value, not called, in an expression:
+/// `re.compile(p, FLAGS).match` or `rex.search` with `rex` a compiled pattern by `is_pattern`
+/// (given the receiver's text). The method's name.
+fn bound_pattern_method(expr: &str, is_pattern: impl FnMut(&str) -> bool) -> Option<&'static str> {
+    bound_pattern_method_at(expr, is_pattern).map(|(m, _)| m)
+}
+
+/// [`bound_pattern_method`], with where the method's name ends in `expr`.
+fn bound_pattern_method_at(expr: &str, mut is_pattern: impl FnMut(&str) -> bool) -> Option<(&'static str, usize)> {
+    let bytes = expr.as_bytes();
+    for (dot, _) in expr.match_indices('.') {
+        let after = &expr[dot + 1..];
+        let Some(&m) = REGEX_METHODS.iter().find(|m| {
+            after.starts_with(**m)
+                && !after[m.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+                && !after[m.len()..].trim_start().starts_with('(')
+        }) else {
+            continue;
+        };
+        // The receiver: a call `...(...)` back to its name, or a dotted name.
+        let mut start = dot;
+        if dot > 0 && bytes[dot - 1] == b')' {
+            let mut depth = 0i32;
+            let mut i = dot;
+            while i > 0 {
+                i -= 1;
+                match bytes[i] {
+                    b')' => depth += 1,
+                    b'(' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            start = i;
+        }
+        while start > 0 && (bytes[start - 1].is_ascii_alphanumeric() || matches!(bytes[start - 1], b'_' | b'.')) {
+            start -= 1;
+        }
+        let receiver = &expr[start..dot];
+        if !receiver.is_empty() && is_pattern(receiver.strip_prefix("self.").unwrap_or(receiver)) {
+            return Some((m, dot + 1 + m.len()));
+        }
+    }
+    None
+}
+
+fn is_identifier(s: &str) -> bool {
+    s.starts_with(|c: char| c.is_alphabetic() || c == '_') && s.chars().all(|c| c.is_alphanumeric() || c == '_')
+}
+
+/// The module `name` is imported from in a file (`from pkg.rules import TABLE`, `from .rules
+/// import TABLE as T` for `T`), as written (leading dots kept).
+fn imported_from(lines: &[String], name: &str) -> Option<String> {
+    lines.iter().find_map(|l| {
+        let rest = l.trim_start().strip_prefix("from ")?;
+        let (module, names) = rest.split_once(" import ")?;
+        let names = names.split('#').next()?.trim_matches(|c: char| c == '(' || c == ')' || c.is_whitespace());
+        names
+            .split(',')
+            .any(|n| n.split(" as ").last().is_some_and(|local| local.trim() == name))
+            .then(|| module.trim().to_owned())
+    })
+}
+
+/// The file of a module imported by the file at `path`: relative (`.rules`, from the file's
+/// package) or absolute (`pkg.rules`, looked for under the file's ancestors, where the package
+/// is installed).
+fn module_file(path: &Path, module: &str) -> Option<PathBuf> {
+    let dots = module.chars().take_while(|&c| c == '.').count();
+    let rel: PathBuf = module[dots..].split('.').filter(|p| !p.is_empty()).collect();
+    let bases: Vec<&Path> = if dots > 0 {
+        path.ancestors().nth(dots).into_iter().collect()
+    } else {
+        path.ancestors().skip(1).take(8).collect()
+    };
+    bases.into_iter().find_map(|base| {
+        let stem = base.join(&rel);
+        [stem.with_extension("py"), stem.join("__init__.py")].into_iter().find(|f| f.is_file())
+    })
 }
 
 fn indentation(line: &str) -> usize {
@@ -355,6 +663,71 @@ mod tests {
     }
 
     #[test]
+    fn calls_through_a_name_bound_to_a_compiled_pattern_resolve_to_the_pattern_method() {
+        let dir = std::env::temp_dir().join(format!("onefix-alias-{}", std::process::id()));
+        let pkg = dir.join("pkg");
+        std::fs::create_dir_all(&pkg).unwrap();
+        // A table of (bound method, action) pairs built in another module of the package.
+        std::fs::write(
+            pkg.join("rules.py"),
+            "import re\nFLAGS = re.I\nTABLE = [(re.compile(rx, FLAGS).match, tt) for rx, tt in RAW]\n",
+        )
+        .unwrap();
+        let lexer = pkg.join("lexer.py");
+        std::fs::write(
+            &lexer,
+            "import re\nfrom pkg.rules import TABLE\n_Esc = re.compile(r'\\\\[0-7]')\n\n\
+             def lex(text):\n    for pos in range(len(text)):\n        for rexmatch, action in TABLE:\n            m = rexmatch(text, pos)\n\n\
+             def words(text, pat):\n    find = re.compile(pat).finditer\n    lower = str.lower\n    for m in find(text):\n        yield lower(m.group())\n\n\
+             def unquote(s, i, matcher):\n    o = _Esc.search(s, i)\n    k = matcher(s, i)\n    return s.find(o, i)\n\n\
+             def own(pairs):\n    table = [(rex.search, a) for rex, a in pairs]\n    for search, a in table:\n        search(x)\n",
+        )
+        .unwrap();
+        let mut src = SourceCache::default();
+        let line_of = |src: &mut SourceCache, n: u32| src.line(&lexer, n).unwrap();
+        let resolved = |src: &mut SourceCache, n: u32| {
+            let code = line_of(src, n);
+            src.resolved_calls(&lexer, n, &code)
+        };
+        assert_eq!(resolved(&mut src, 8), ["re.Pattern.match"], "unpacked from a table imported from its module");
+        assert_eq!(resolved(&mut src, 13), ["re.Pattern.finditer"], "a local bound to a pattern's method");
+        assert_eq!(resolved(&mut src, 14), Vec::<String>::new(), "a local bound to something else");
+        assert_eq!(resolved(&mut src, 17), ["re.Pattern.search"], "a method of a module-level pattern");
+        assert_eq!(resolved(&mut src, 18), Vec::<String>::new(), "a parameter");
+        assert_eq!(resolved(&mut src, 19), Vec::<String>::new(), "str.find is no pattern's");
+        assert_eq!(resolved(&mut src, 24), Vec::<String>::new(), "rex is not known to be a pattern");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_search_from_a_position_its_loop_advances_is_told_from_one_that_does_not() {
+        let dir = std::env::temp_dir().join(format!("onefix-advancing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("unquote.py");
+        std::fs::write(
+            &path,
+            "def unquote(s):\n    i = 0\n    while i < len(s):\n        m = _Esc.search(s, i)\n        if not m:\n            break\n        i = m.end()\n\n\
+             def words(s, seps):\n    for sep in seps:\n        k = s.find(sep, 0)\n\n\
+             def grow(s, i):\n    while i < 10:\n        k = s.find(':', i)\n        s += ':'\n        i = k\n\n\
+             def each(s, n):\n    for i in range(n):\n        k = s.find(':', i)\n",
+        )
+        .unwrap();
+        let mut src = SourceCache::default();
+        assert_eq!(
+            src.search_from_advancing_position(&path, 4),
+            Some(("_Esc.search()".to_owned(), "s".to_owned(), "i".to_owned()))
+        );
+        assert_eq!(src.search_from_advancing_position(&path, 11), None, "the start does not move");
+        assert_eq!(src.search_from_advancing_position(&path, 15), None, "the text grows: another pattern");
+        assert_eq!(
+            src.search_from_advancing_position(&path, 21),
+            Some(("s.find()".to_owned(), "s".to_owned(), "i".to_owned())),
+            "a for's target advances"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn finds_where_a_name_was_made_in_the_same_function() {
         let dir = std::env::temp_dir().join(format!("onefix-assign-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -403,6 +776,16 @@ mod tests {
         .unwrap();
         assert_eq!(src.enclosing_loop(&c, 4), Some(3));
         assert_eq!(src.enclosing_loop(&c, 2), None);
+        // A closing brace is in the loop whose body it closes (a Rust drop at the end of a pass).
+        let rs = dir.join("each.rs");
+        std::fs::write(
+            &rs,
+            "fn each(rc: &Ctx, n: usize) {\n    for i in 0..n {\n        let local = rc.derive();\n        if i > 0 {\n            render(&local);\n        }\n    }\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.enclosing_loop(&rs, 7), Some(2), "the loop's own closing brace");
+        assert_eq!(src.enclosing_loop(&rs, 6), Some(2), "an if's closing brace inside the loop");
+        assert_eq!(src.enclosing_loop(&rs, 8), None, "the function's");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -58,6 +58,11 @@ impl UserCode {
         &self.dirs
     }
 
+    /// The directory relative frame paths resolve against.
+    pub fn base(&self) -> Option<&Path> {
+        self.base.as_deref()
+    }
+
     /// Resolves a frame's file as the target saw it to an absolute path, when it can.
     pub fn resolve(&self, file: &str) -> Option<PathBuf> {
         if file.is_empty() || file.starts_with('<') {

@@ -233,6 +233,11 @@ impl Engine<'_> {
             let owner = profile.frame(owner);
             (owner.file.clone(), owner.function.clone(), loop_line, self.code(&owner.file, loop_line))
         });
+        // Only a loop of the line's own function advances the position it searches from.
+        let advancing = match (loop_here, self.user.resolve(&frame.file)) {
+            (Some(_), Some(p)) => self.source.search_from_advancing_position(&p, frame.line),
+            _ => None,
+        };
         let facts = rules::LineFacts {
             frame: &frame,
             share: line_share,
@@ -242,10 +247,12 @@ impl Engine<'_> {
             loop_at: loop_at
                 .as_ref()
                 .map(|(file, function, line, code)| (file.as_str(), function.as_str(), *line, code.as_deref())),
+            advancing_search: advancing.as_ref().map(|(c, t, v)| (c.as_str(), t.as_str(), v.as_str())),
         };
         let mut draft = rules::Draft {
             kind,
             rule,
+            what,
             why,
             fix,
             file: frame.file.clone(),
@@ -257,7 +264,7 @@ impl Engine<'_> {
         for apply in rules::RULES {
             apply(&mut draft, &facts, b);
         }
-        let rules::Draft { kind, rule, mut why, fix, file, line, function, code, mut evidence } = draft;
+        let rules::Draft { kind, rule, what, mut why, fix, file, line, function, code, mut evidence } = draft;
         // The first use of an object set up lazily is partly the set-up's cost and partly the
         // use's own work, which stays after the fix; Python samples cannot tell the two apart,
         // so no bound is given for it (nor for a finding it is folded into).

@@ -197,7 +197,9 @@ impl Engine<'_> {
         let f = self.profile.frame(frame);
         let Some(path) = self.user.resolve(&f.file) else { return Vec::new() };
         let Some(code) = self.source.line(&path, f.line) else { return Vec::new() };
-        let names = called_names(&code);
+        let mut names = called_names(&code);
+        // Calls made through a name bound to a known operation (a compiled pattern's method).
+        names.extend(self.source.resolved_calls(&path, f.line, &code));
         self.kb
             .entries
             .iter()

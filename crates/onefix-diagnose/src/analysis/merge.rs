@@ -52,6 +52,55 @@ impl Engine<'_> {
     }
 }
 
+/// A finding whose time is mostly freeing a value (`core::ptr::drop_in_place<T>`), in a loop
+/// where another finding copies one (a `Clone::clone`, or a deep copy the knowledge base
+/// knows): the copy made on each pass is freed on each pass, so the drop is the copy's cost
+/// and goes with it (sharing the value behind an `Rc`/`Arc` or borrowing it removes both).
+/// Folded into the heaviest such copy.
+pub(super) fn fold_drops_into_copies(findings: &mut Vec<Finding>) {
+    let mostly =
+        |f: &Finding, is: &dyn Fn(&str) -> bool| f.evidence.iter().any(|e| is(&e.frame) && e.share * 2.0 >= f.share);
+    let is_drop = |frame: &str| frame.starts_with("core::ptr::drop_in_place<");
+    let is_copy = |frame: &str| frame.ends_with("::clone") || frame.contains("::clone<");
+    let mut i = 0;
+    while i < findings.len() {
+        let d = &findings[i];
+        if d.enclosing_loop.is_none() || !mostly(d, &is_drop) {
+            i += 1;
+            continue;
+        }
+        let copy = (0..findings.len())
+            .filter(|&c| {
+                let f = &findings[c];
+                c != i
+                    && f.enclosing_loop == d.enclosing_loop
+                    && !mostly(f, &is_drop)
+                    && (f.kind == Kind::DeepCopy || mostly(f, &is_copy))
+            })
+            .max_by(|&a, &b| findings[a].share.total_cmp(&findings[b].share));
+        let Some(c) = copy else {
+            i += 1;
+            continue;
+        };
+        let drop = findings.remove(i);
+        let c = if c > i { c - 1 } else { c };
+        let target = &mut findings[c];
+        // All of the drop is the copy's cost: freeing what the copy allocated.
+        target.absorb_share(drop.share, drop.share);
+        target.max_speedup = combine(target.max_speedup, drop.max_speedup, 1.0);
+        target.bound_weight = target.bound_weight.max(drop.bound_weight);
+        target.why = format!(
+            "{}; each copy is freed again at {}:{} ({:.0}%), part of the same cost",
+            target.why,
+            short(&drop.file),
+            drop.line,
+            drop.share * 100.0
+        );
+        join_evidence(&mut target.evidence, drop.evidence);
+        i = 0;
+    }
+}
+
 /// Folds findings of one knowledge-base entry in one function into one, at its first line: one
 /// piece of work spread over lines (a file opened on one line and closed on another, two
 /// patterns compiled one after the other) is one thing to change. A line with far less of the

@@ -15,6 +15,7 @@ use crate::origin::{Origin, UserCode};
 use crate::{Diagnosis, Evidence, Finding, GainBasis, HotLine, Kind, Note};
 
 mod bound;
+mod carry;
 mod charge;
 mod critical;
 mod explain;
@@ -217,7 +218,17 @@ pub fn settle_running(profile: &mut Profile, kb: &KnowledgeBase, user: &UserCode
 }
 
 pub fn diagnose(profile: &Profile, kb: &KnowledgeBase, user: &UserCode, opts: &Options) -> Diagnosis {
-    Engine::new(profile, kb, user, opts).run(opts)
+    let mut diagnosis = Engine::new(profile, kb, user, opts).run(opts);
+    carry::carry_library_patterns(&mut diagnosis, profile, kb, user, opts);
+    diagnosis
+}
+
+/// What shares are of, in a title.
+fn time_words(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Wall => "time of the threads with work",
+        Mode::Cpu => "CPU time",
+    }
 }
 
 impl<'a> Engine<'a> {
@@ -602,6 +613,7 @@ impl Engine<'_> {
         }
         merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
         self.merge_consequences(&mut findings);
+        merge::fold_drops_into_copies(&mut findings);
         merge::fold_loop_headers(&mut findings);
         // On a critical path, the line to change first is the one whose removal shortens the
         // run most, whatever share of the summed busy time it holds.
@@ -611,10 +623,7 @@ impl Engine<'_> {
         } else {
             findings.sort_by(|a, b| b.share.total_cmp(&a.share));
         }
-        let time = match mode {
-            Mode::Wall => "time of the threads with work",
-            Mode::Cpu => "CPU time",
-        };
+        let time = time_words(mode);
         for (i, f) in findings.iter_mut().enumerate() {
             f.rank = i + 1;
             f.finish_texts(time, MAX_EVIDENCE);

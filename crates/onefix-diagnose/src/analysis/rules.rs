@@ -15,6 +15,8 @@ use crate::{Evidence, Kind};
 pub(super) struct Draft {
     pub kind: Kind,
     pub rule: String,
+    /// What the cost is, as the title names it.
+    pub what: String,
     pub why: String,
     pub fix: String,
     pub file: String,
@@ -38,13 +40,44 @@ pub(super) struct LineFacts<'a> {
     pub lazy_setup: Option<(u32, &'a str, &'a EntrySpec)>,
     /// The loop that repeats the line, here or in a caller: (file, function, line, code).
     pub loop_at: Option<(&'a str, &'a str, u32, Option<&'a str>)>,
+    /// A search on the line from a position its own loop advances: (call, text, position).
+    pub advancing_search: Option<(&'a str, &'a str, &'a str)>,
 }
 
 pub(super) type Rule = fn(&mut Draft, &LineFacts, &Builtins);
 
 /// The rules, in the order they apply: each sees what the ones before it made of the finding.
-pub(super) const RULES: [Rule; 5] =
-    [call_in_loop_condition, waits_in_flight, lazy_setup, single_wait, serial_at_the_loop];
+pub(super) const RULES: [Rule; 6] = [
+    call_in_loop_condition,
+    search_from_advancing_position,
+    waits_in_flight,
+    lazy_setup,
+    single_wait,
+    serial_at_the_loop,
+];
+
+/// A search from a position that the loop around it advances, over a text it does not change
+/// (`while i < n: m = pat.search(s, i); ...; i = m.end()`): each pass scans the rest of the
+/// text, quadratic in its length. Only a line read as a call or a match (not a wait).
+fn search_from_advancing_position(d: &mut Draft, f: &LineFacts, b: &Builtins) {
+    let Some((call, text, var)) = f.advancing_search else { return };
+    if !matches!(d.kind, Kind::HotCall | Kind::HotLoopCompute | Kind::RegexMatching) {
+        return;
+    }
+    let loop_at = f.loop_at.map(|(file, _, line, _)| format!("{}:{line}", onefix_model::fmt::file_name(file)));
+    let values = [
+        ("call", call.to_owned()),
+        ("text", text.to_owned()),
+        ("var", var.to_owned()),
+        ("loop_at", loop_at.unwrap_or_default()),
+    ];
+    let id = "search-from-advancing-position";
+    d.kind = b.kind(id);
+    d.rule = id.to_owned();
+    d.what = b.what(id, &values);
+    d.why = b.why(id, &values);
+    d.fix = b.fix(id, &values);
+}
 
 /// A bound called in a loop's condition runs again on every pass (`i < strlen(s)` re-scans the
 /// string each time: the loop is quadratic), though its answer rarely changes.
@@ -141,6 +174,7 @@ mod tests {
         Draft {
             kind,
             rule: rule.into(),
+            what: String::new(),
             why: "the thread waits for the network".into(),
             fix: "issue them concurrently".into(),
             file: "/app/poll.py".into(),
@@ -152,7 +186,15 @@ mod tests {
     }
 
     fn facts(frame: &Frame) -> LineFacts<'_> {
-        LineFacts { frame, share: 0.8, in_condition: false, in_flight: None, lazy_setup: None, loop_at: None }
+        LineFacts {
+            frame,
+            share: 0.8,
+            in_condition: false,
+            in_flight: None,
+            lazy_setup: None,
+            loop_at: None,
+            advancing_search: None,
+        }
     }
 
     fn run(rule: Rule, d: &mut Draft, f: &LineFacts) {

@@ -278,3 +278,174 @@ fn the_functions_a_loop_calls_keep_their_own_findings() {
     assert!(places.contains(&("head", 7)) && places.contains(&("tail", 10)), "{:#?}", d.findings);
     assert!(d.findings.iter().all(|f| f.rule != "loop-iteration"), "{:#?}", d.findings);
 }
+
+/// A tokeniser that calls each pattern through a name its loop unpacks from a table of
+/// `(re.compile(rx).match, action)` pairs: the line's self time is the regex engine's (no
+/// Python frame under it), and the line is regex matching, not the line's own code. With the
+/// table built from plain functions, the same line stays the line's own work.
+#[test]
+fn a_pattern_called_through_a_name_unpacked_from_a_table_is_regex_matching() {
+    let run = |table: &str| {
+        let source = format!(
+            "import re\n{table}\n\ndef tokens(text):\n    for pos in range(len(text)):\n        for rexmatch, action in TABLE:\n            m = rexmatch(text, pos)\n            if m:\n                yield action\n"
+        );
+        let (dir, app) = write_app("regex-alias", &source);
+        let mut b = Builder::new();
+        for ms in 0..200u64 {
+            let line = if ms % 10 < 8 { 7 } else { 8 };
+            b.add(1, ms * 10, true, &[("<module>", &app, 20), ("tokens", &app, line)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let f = run("TABLE = [(re.compile(rx).match, tt) for rx, tt in RULES]");
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (7, "regex-matching", "regex-matching"), "{f:?}");
+    let f = run("TABLE = [(match_rule, tt) for rx, tt in RULES]");
+    assert_eq!(f.line, 7);
+    assert_ne!(f.kind.as_str(), "regex-matching", "{f:?}");
+}
+
+/// The user's view of a call into an installed package: the package's own view finds a walk
+/// started on every call under most of the call's time, and the user's line says so (the kind,
+/// the package's line as evidence, the advice for code the user does not own). With the
+/// package's time spread over plain calls, the line stays a hot call.
+#[test]
+fn a_call_into_a_package_carries_the_pattern_the_packages_own_view_finds() {
+    let run = |tag: &str, walk: bool| {
+        let dir = std::env::temp_dir().join(format!("onefix-carry-{tag}-{}", std::process::id()));
+        let app_dir = dir.join("app");
+        let lib_dir = dir.join("venv/lib/python3.11/site-packages/resolverlib");
+        std::fs::create_dir_all(&app_dir).unwrap();
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        let driver = app_dir.join("driver.py");
+        std::fs::write(
+            &driver,
+            "from resolverlib.core import Resolver\nr = Resolver({})\nfor ref in refs:\n    r.resolve(ref)\n",
+        )
+        .unwrap();
+        let lib = lib_dir.join("core.py");
+        std::fs::write(&lib, RESOLVER).unwrap();
+        let (driver, lib) = (driver.to_str().unwrap().to_owned(), lib.to_str().unwrap().to_owned());
+        let mut b = Builder::new();
+        for ms in 0..400u64 {
+            let mut stack: Vec<(&str, &str, u32)> = vec![("<module>", &driver, 4)];
+            if walk && ms % 10 < 8 {
+                stack.push(("Resolver.resolve", &lib, 15));
+                stack.push(("Resolver._walk", &lib, [9u32, 10, 11, 12][(ms / 10 % 4) as usize]));
+            } else {
+                stack.push(("Resolver.resolve", &lib, 19));
+            }
+            b.add(1, ms * 10, true, &stack);
+        }
+        let user = UserCode::new([&app_dir], Some(&app_dir));
+        let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options::default());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let f = run("walk", true);
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (4, "repeated-walk", "in-package:repeated-walk"), "{f:#?}");
+    assert!(f.why.contains("inside resolverlib") && f.why.contains("core.py:15"), "{}", f.why);
+    let at = f.evidence.iter().find(|e| e.frame == "resolverlib.core.Resolver.resolve").unwrap();
+    assert_eq!(at.line, 15, "{:?}", f.evidence);
+    assert!(f.advice.contains("resolverlib's code"), "{}", f.advice);
+    let f = run("plain", false);
+    assert_eq!((f.line, f.kind.as_str()), (4, "hot-call"), "{f:#?}");
+}
+
+/// Each pass of a Rust loop clones a context holding a JSON value tree, and frees the copy at
+/// the loop body's closing brace: the drop is the copy's cost, one finding at the clone. A drop
+/// in a loop that copies nothing stays its own finding.
+#[test]
+fn the_drop_of_a_copy_made_per_pass_is_part_of_the_copy() {
+    let source = "fn each(rc: &Ctx, n: usize) {\n    for i in 0..n {\n        let local = rc.derive();\n        render(&local, i);\n    }\n}\n\nimpl Ctx {\n    fn derive(&self) -> Ctx {\n        Ctx { data: self.data.clone() }\n    }\n}\n";
+    let run = |copies: bool| {
+        let dir = std::env::temp_dir().join(format!("onefix-drop-copy-{copies}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let app = dir.join("each.rs");
+        std::fs::write(&app, source).unwrap();
+        let app = app.to_str().unwrap().to_owned();
+        let serde = "/root/.cargo/registry/src/index.crates.io-6f17d22bba15001f/serde_json-1.0.100/src/value/mod.rs";
+        let ptr = "/rustc/59807616e1fa2540724bfbac14d7976d7e4a3860/library/core/src/ptr/mod.rs";
+        let mut b = Builder::new();
+        for tick in 0..200u64 {
+            let mut stack: Vec<(&str, &str, u32)> = vec![("_start", "", 0), ("each", &app, 3)];
+            match tick % 20 {
+                0..=10 if copies => {
+                    stack.push(("Ctx::derive", &app, 10));
+                    stack.push(("<serde_json::value::Value as core::clone::Clone>::clone", serde, 120));
+                }
+                0..=10 => stack[1].2 = 4,
+                11..=17 => {
+                    stack[1].2 = 5;
+                    stack.push(("core::ptr::drop_in_place<app::Ctx>", ptr, 523));
+                    stack.push(("core::ptr::drop_in_place<serde_json::value::Value>", ptr, 523));
+                }
+                _ => stack[1].2 = 4,
+            }
+            let ids: Vec<FrameId> = stack
+                .iter()
+                .map(|&(f, file, line)| {
+                    b.p.intern_frame(Frame { file: file.to_owned(), line, ..Frame::native(f, "/app/each") })
+                })
+                .collect();
+            let stack = b.p.intern_stack(ids);
+            let thread = b.p.intern_thread(1, 1, None);
+            b.p.samples.push(Sample {
+                time_us: tick * 10_000,
+                thread,
+                stack,
+                state: ThreadState::new(true, true),
+                weight: 1,
+            });
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d
+    };
+    let d = run(true);
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str()), (10, "deep-copy"), "{:#?}", d.findings);
+    assert!((f.share - 0.9).abs() < 0.03, "the clone's 55% and the drop's 35%: {f:?}");
+    assert!(f.why.contains("freed again at each.rs:5"), "{}", f.why);
+    assert!(!f.why.contains("encoding"), "a value tree's clone encodes nothing: {}", f.why);
+    assert!(
+        f.title.starts_with("Cloning a parsed document's value tree takes 90%"),
+        "the drop is the copy's: {}",
+        f.title
+    );
+    assert!(!d.findings.iter().any(|f| f.line == 5), "{:#?}", d.findings);
+    let d = run(false);
+    assert!(
+        d.findings.iter().any(|f| f.line == 5),
+        "no copy in the loop: the drop is its own finding {:#?}",
+        d.findings
+    );
+}
+
+/// An unquoting loop searches for the next escape from a position it advances, over the same
+/// text: each pass scans the rest of the text (all of it when there is no escape left), so the
+/// loop is quadratic in the text's length. The same search from a fixed start is not.
+#[test]
+fn a_search_from_the_position_its_loop_advances_is_quadratic() {
+    let run = |advance: &str| {
+        let source = format!(
+            "import re\n_Esc = re.compile(r'\\\\[0-7]{{3}}')\n\ndef unquote(s):\n    i = 0\n    while i < len(s):\n        m = _Esc.search(s, i)\n        if not m:\n            break\n        {advance}\n"
+        );
+        let (dir, app) = write_app("advancing-search", &source);
+        let mut b = Builder::new();
+        for ms in 0..200u64 {
+            let line = if ms % 10 < 8 { 7 } else { 10 };
+            b.add(1, ms * 10, true, &[("<module>", &app, 20), ("unquote", &app, line)]);
+        }
+        let d = b.diagnose(dir.to_str().unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+        d.findings[0].clone()
+    };
+    let f = run("i = m.end()");
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (7, "quadratic", "search-from-advancing-position"), "{f:?}");
+    assert!(f.why.contains("_Esc.search() scans s from i"), "{}", f.why);
+    assert!(f.title.starts_with("Searching the rest of s from each position"), "{}", f.title);
+    let f = run("n = m.end()");
+    assert_eq!((f.line, f.kind.as_str()), (7, "regex-matching"), "the start does not move: {f:?}");
+}
