@@ -49,10 +49,12 @@ fn package_dirs(profile: &Profile, args: &OutputArgs) -> (Vec<PathBuf>, Vec<Stri
 }
 
 /// Says, once, which `--package` names no recorded frame ran in, and which packages did run.
-pub fn warn_unmatched_packages(profile: &Profile, args: &OutputArgs) {
-    let (_, unmatched) = package_dirs(profile, args);
+/// True when every name given matched nothing and no `--user-code` was given either: the view
+/// asked for has no code in the recording.
+pub fn warn_unmatched_packages(profile: &Profile, args: &OutputArgs) -> bool {
+    let (matched, unmatched) = package_dirs(profile, args);
     if unmatched.is_empty() {
-        return;
+        return false;
     }
     let mut seen: Vec<String> = profile
         .frames()
@@ -69,6 +71,7 @@ pub fn warn_unmatched_packages(profile: &Profile, args: &OutputArgs) {
         "onefix: --package {}: no recorded frame ran in an installed package of that name (packages that ran: {seen})",
         unmatched.join(", ")
     );
+    matched.is_empty() && args.user_code.is_empty()
 }
 
 /// Default user-code directories for a target: its working directory and its script's.

@@ -124,9 +124,27 @@ fn no_user_code_says_which_exclusion_applied_and_an_unknown_package_is_said() {
         "{said}"
     );
 
-    let (_, stderr) = report(&s, &["--package", "nosuchpkg"]);
+    // A package that did not run: one sentence naming those that did, status 2, no report
+    // (it would be some other code's).
+    let json = s.path("unknown.json");
+    let out = onefix()
+        .current_dir(&s.0)
+        .args(["report", "--json"])
+        .arg(&json)
+        .arg(s.path("rec.onefix"))
+        .args(["--package", "nosuchpkg"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("--package nosuchpkg") && stderr.contains("packages that ran:") && stderr.contains("tallylib"),
         "{stderr}"
     );
+    assert_eq!(stderr.lines().count(), 1, "one sentence: {stderr}");
+    assert!(!json.exists(), "no report written");
+    // Named with a package that did run, the unknown one is said and the report is made.
+    let (both, stderr) = report(&s, &["--package", "nosuchpkg", "--package", "tallylib"]);
+    assert!(stderr.contains("--package nosuchpkg"), "{stderr}");
+    assert!(!both["findings"].as_array().unwrap().is_empty(), "{both:#}");
 }

@@ -242,6 +242,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             "{exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
         ));
     }
+    // The recording is kept and reported with the user code that remains: it cannot be redone.
     outputs::warn_unmatched_packages(&profile, &args.outputs);
     outputs::settle_running(&mut profile, &args.outputs);
     let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);

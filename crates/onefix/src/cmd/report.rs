@@ -63,7 +63,10 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     // The header and the JSON's `mode` say how the samples are weighed in this report, which
     // `--mode` may change from how they were recorded.
     profile.meta.mode = mode;
-    outputs::warn_unmatched_packages(&profile, &args.outputs);
+    // A report of a package that did not run would be some other code's: said, and no report.
+    if outputs::warn_unmatched_packages(&profile, &args.outputs) {
+        return Ok(ExitCode::from(crate::messages::NOTHING_RECORDED));
+    }
     outputs::settle_running(&mut profile, &args.outputs);
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, planned, loaded.complete)?;
