@@ -742,3 +742,68 @@ fn serial_calls_are_counted_and_bound_by_the_slowest() {
     assert!((120..=225).contains(&calls), "{calls} waits counted for 150 calls: {why}");
     assert!(top["max_speedup"].as_f64().is_some(), "{top:#}");
 }
+
+/// A C client asking a server 25 times, one reply after another: the native sampler's switch
+/// records make each blocked interval one wait, so the waits are counted without run counts.
+const SERIAL_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/socket.h>
+static int ask(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET; a.sin_port = htons(port); a.sin_addr.s_addr = htonl(0x7f000001);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) { close(fd); return -1; }
+    if (write(fd, "status\n", 7) != 7) { close(fd); return -1; }
+    char buf[16];
+    int n = read(fd, buf, sizeof buf);   /* WAIT */
+    close(fd);
+    return n;
+}
+int main(int argc, char **argv) {
+    int port = atoi(argv[1]), ok = 0;
+    for (int i = 0; i < 25; i++) {   /* SERIAL */
+        ok += ask(port) > 0;
+    }
+    printf("%d ok\n", ok);
+    return ok == 25 ? 0 : 1;
+}
+"#;
+
+#[test]
+fn native_serial_calls_are_counted_from_the_switch_records() {
+    use std::io::{Read, Write};
+    let s = Scratch::new("native-work-span");
+    let exe = compile_c(&s, "serial", SERIAL_C, &["-O1", "-g"]);
+    let src = s.path("serial.c");
+    // The service: 40 ms per reply, 25 replies at most, on loopback.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let server = std::thread::spawn(move || {
+        for conn in listener.incoming().take(25) {
+            let Ok(mut conn) = conn else { break };
+            let mut buf = [0u8; 16];
+            let _ = conn.read(&mut buf);
+            std::thread::sleep(std::time::Duration::from_millis(40));
+            let _ = conn.write_all(b"ok\n");
+        }
+    });
+    let (report, _) = record_command(&s, &[], &[&exe, Path::new(&port)]);
+    server.join().unwrap();
+    assert_eq!(report["exit"]["code"], 0, "{report:#}");
+    let top = first_finding(&report);
+    assert_eq!(top["line"], line_of(&src, "/* SERIAL */"), "{top:#}");
+    assert_eq!(top["kind"], "serial-io", "{top:#}");
+    assert_eq!(top["gain_basis"], "work-span", "{top:#}");
+    // Each read is one wait; a preemption of the client inside its read on a busy machine can
+    // add one.
+    let why = top["why"].as_str().unwrap();
+    let waits: u64 = why
+        .split_once(" separate waits were seen")
+        .and_then(|(before, _)| before.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of waits: {why}"));
+    assert!((25..=30).contains(&waits), "{waits} waits for 25 reads: {why}");
+}

@@ -75,9 +75,12 @@ impl Engine<'_> {
         if !ended || profile.attachments.contains_key(onefix_model::attachments::LOAD) {
             return None;
         }
+        // A sample covers its weight's intervals from its time: a native blocked interval is one
+        // sample weighing its whole length.
+        let interval_us = interval_us.max(1);
         let first = profile.samples.iter().map(|s| s.time_us).min()?;
-        let last = profile.samples.iter().map(|s| s.time_us).max()?;
-        Some((last - first) / interval_us.max(1) + 1)
+        let end = profile.samples.iter().map(|s| s.time_us + s.weight as u64 * interval_us).max()?;
+        Some((end - first).div_ceil(interval_us))
     }
 
     /// The waits at line `l` split into calls, when the recording says where one call ends and

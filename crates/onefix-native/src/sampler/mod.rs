@@ -120,6 +120,10 @@ struct Blocked {
     /// Emitted up to here.
     from: u64,
     stack: Option<Option<StackId>>,
+    /// A sample of this blocked interval was emitted already: the next ones continue the same
+    /// wait ([`onefix_model::ThreadState::SAME_WAIT`]), which tells back-to-back waits at one
+    /// line apart.
+    continued: bool,
 }
 
 /// Samples a native process tree through perf_event. See the crate docs.
@@ -503,7 +507,7 @@ impl NativeSampler {
                     if stack.is_none() {
                         self.stats.blocks_without_stack += 1;
                     }
-                    self.blocked.insert(tid, Blocked { pid, from: time, stack });
+                    self.blocked.insert(tid, Blocked { pid, from: time, stack, continued: false });
                 } else {
                     return self.close_block(profile, tid, time);
                 }

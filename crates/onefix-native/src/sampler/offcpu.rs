@@ -62,9 +62,11 @@ impl NativeSampler {
                     time_us: self.time_us(b.from),
                     thread,
                     stack,
-                    state: ThreadState::new(false, false),
+                    // Each blocked interval is one wait, known from the switch records.
+                    state: ThreadState::new(false, false).with_same_wait(Some(b.continued)),
                     weight: weight.min(u32::MAX as u64) as u32,
                 });
+                b.continued = true;
                 n += 1;
             }
             b.from = end;
