@@ -74,8 +74,8 @@ struct Spy {
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
     had_frames: std::collections::HashSet<u64>,
-    /// Ticks of this process read so far, and for each waiting thread the tick its run count
-    /// was last read at and the count (see [`process::run_count`]).
+    /// Ticks of this process read so far, and for each thread with Python frames the tick its
+    /// run count was last read at and the count (see [`process::run_count`]).
     ticks: u64,
     runs: std::collections::HashMap<u64, (u64, u64)>,
 }

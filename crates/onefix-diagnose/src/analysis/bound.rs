@@ -15,6 +15,17 @@ pub(super) fn combine(a: Option<f64>, b: Option<f64>, b_part: f64) -> Option<f64
     }
 }
 
+/// The bound of `into` once `other` is folded into it, `part` of `other`'s cost going away
+/// with `into`'s: the bounds combine, a reason for no bound is kept, and the longer stretch
+/// stands for both.
+pub(super) fn join_bounds(into: &mut crate::Finding, other: &crate::Finding, part: f64) {
+    into.max_speedup = combine(into.max_speedup, other.max_speedup, part);
+    if into.no_bound.is_none() {
+        into.no_bound = other.no_bound.clone();
+    }
+    into.bound_weight = into.bound_weight.max(other.bound_weight);
+}
+
 /// Evidence lines kept per finding.
 pub(super) const MAX_EVIDENCE: usize = 6;
 

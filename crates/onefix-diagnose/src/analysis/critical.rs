@@ -155,9 +155,7 @@ impl Engine<'_> {
         let profile = self.profile;
         let timelines = timelines?;
         let WeightUnit::Samples { interval_us } = profile.meta.weight_unit else { return None };
-        let ended =
-            matches!(profile.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_) | TargetExit::Unknown));
-        if opts.mode != Mode::Wall || !ended || profile.attachments.contains_key(onefix_model::attachments::LOAD) {
+        if opts.mode != Mode::Wall || !self.batch_run() {
             return None;
         }
         let nthreads = timelines.by_thread.len();

@@ -296,7 +296,7 @@ impl Engine<'_> {
                 ("calls", waits.calls.to_string()),
                 ("slowest_ms", format!("{:.0}", waits.slowest as f64 * spw * 1e3)),
                 ("total_s", seconds(waits.total)),
-                ("remaining_s", seconds(run - waits.total + waits.slowest)),
+                ("remaining_s", seconds(waits.remaining(*run).unwrap_or(*run))),
                 ("run_s", seconds(*run)),
             ];
             let id = match outer {

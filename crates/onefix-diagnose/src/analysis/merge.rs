@@ -28,9 +28,7 @@ impl Engine<'_> {
             let target = &mut findings[c];
             // Only the part of the effect's line that the caused entry explains goes away.
             target.absorb_share(effect.share * effect.explained, effect.share * effect.explained);
-            target.max_speedup = combine(target.max_speedup, effect.max_speedup, effect.explained);
-            target.no_bound = target.no_bound.take().or(effect.no_bound.clone());
-            target.bound_weight = target.bound_weight.max(effect.bound_weight);
+            join_bounds(target, &effect, effect.explained);
             let effect_what = self
                 .kb
                 .entries
@@ -87,8 +85,7 @@ pub(super) fn fold_drops_into_copies(findings: &mut Vec<Finding>) {
         let target = &mut findings[c];
         // All of the drop is the copy's cost: freeing what the copy allocated.
         target.absorb_share(drop.share, drop.share);
-        target.max_speedup = combine(target.max_speedup, drop.max_speedup, 1.0);
-        target.bound_weight = target.bound_weight.max(drop.bound_weight);
+        join_bounds(target, &drop, 1.0);
         target.why = format!(
             "{}; each copy is freed again at {}:{} ({:.0}%), part of the same cost",
             target.why,
@@ -132,9 +129,6 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
         let (first, second) = if other.line < kept.line { (other, kept) } else { (kept, other) };
         let (first, second) = if first.share < MINOR_LINE * second.share { (second, first) } else { (first, second) };
         let mut joined = Finding {
-            max_speedup: combine(first.max_speedup, second.max_speedup, 1.0),
-            no_bound: first.no_bound.clone().or(second.no_bound.clone()),
-            bound_weight: first.bound_weight.max(second.bound_weight),
             why: format!("{}; the same work goes on at line {} ({:.0}%)", first.why, second.line, second.share * 100.0),
             evidence: {
                 let mut evidence = first.evidence.clone();
@@ -143,6 +137,7 @@ pub(super) fn merge_within_functions(findings: &mut Vec<Finding>, is_entry: impl
             },
             ..first.clone()
         };
+        join_bounds(&mut joined, &second, 1.0);
         joined.absorb_share(second.share, second.share * second.explained);
         findings[k] = joined;
     }
@@ -181,8 +176,7 @@ pub(super) fn fold_loop_headers(findings: &mut Vec<Finding>) {
         if target.kind == Kind::HotLoopCompute {
             let explained = if target.rule == header.rule { header.share * header.explained } else { 0.0 };
             target.absorb_share(header.share, explained);
-            target.max_speedup = combine(target.max_speedup, header.max_speedup, 1.0);
-            target.bound_weight = target.bound_weight.max(header.bound_weight);
+            join_bounds(target, &header, 1.0);
         }
         target.why =
             format!("{}; the loop's own iteration at {place} takes {:.0}% more", target.why, header.share * 100.0);

@@ -27,7 +27,7 @@ mod serial;
 mod threads;
 mod waits;
 mod walk;
-use bound::{combine, join_evidence, speedup, MAX_EVIDENCE};
+use bound::{join_bounds, join_evidence, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
 
 #[derive(Clone, Debug)]
@@ -583,14 +583,15 @@ impl Engine<'_> {
                 let explained = if prev.rule == finding.rule { finding.share * finding.explained } else { 0.0 };
                 prev.absorb_share(finding.share, explained);
                 // Amdahl over the two lines' steady shares, recovered from their bounds; on the
-                // critical path, the bound already removed every frame of this source line.
-                prev.max_speedup = match finding.gain_basis {
-                    GainBasis::CriticalPath | GainBasis::WorkSpan => prev.max_speedup.or(finding.max_speedup),
-                    _ => combine(prev.max_speedup, finding.max_speedup, 1.0),
-                };
-                prev.no_bound = prev.no_bound.take().or(finding.no_bound.clone());
-                // Their stretches overlap: the longer one stands for both.
-                prev.bound_weight = prev.bound_weight.max(finding.bound_weight);
+                // critical path (or the calls' span), the bound already removed every frame of
+                // this source line. Their stretches overlap: the longer one stands for both.
+                let either = prev.max_speedup.or(finding.max_speedup);
+                join_bounds(prev, &finding, 1.0);
+                if matches!(finding.gain_basis, GainBasis::CriticalPath | GainBasis::WorkSpan)
+                    && prev.no_bound.is_none()
+                {
+                    prev.max_speedup = either;
+                }
                 join_evidence(&mut prev.evidence, finding.evidence);
                 continue;
             }

@@ -30,8 +30,13 @@ impl SerialWaits {
     /// The predicted speedup of `run` weight units of wall time if the calls overlapped: the
     /// slowest call stays, and so does everything else the run does.
     pub fn speedup(&self, run: u64) -> Option<f64> {
-        let remaining = run.checked_sub(self.total)? + self.slowest;
+        let remaining = self.remaining(run)?;
         (self.calls > 1 && remaining > 0).then(|| run as f64 / remaining as f64)
+    }
+
+    /// What stays of `run` once the calls overlap: the rest of the run and the slowest call.
+    pub fn remaining(&self, run: u64) -> Option<u64> {
+        Some(run.checked_sub(self.total)? + self.slowest)
     }
 }
 
@@ -65,14 +70,20 @@ pub(super) fn split_calls(samples: impl IntoIterator<Item = (bool, Option<bool>,
 }
 
 impl Engine<'_> {
+    /// A batch program recorded to its end: what its user waits for is the whole run (not a
+    /// server under load, nor a run cut short).
+    pub(super) fn batch_run(&self) -> bool {
+        let profile = self.profile;
+        matches!(profile.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_) | TargetExit::Unknown))
+            && !profile.attachments.contains_key(onefix_model::attachments::LOAD)
+    }
+
     /// The wall time of a program recorded to its end, first sample to last, in weight units:
     /// what a user of a batch program waits for. `None` for a run cut short or a server.
     pub(super) fn whole_run_weight(&self) -> Option<u64> {
         let profile = self.profile;
         let WeightUnit::Samples { interval_us } = profile.meta.weight_unit else { return None };
-        let ended =
-            matches!(profile.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_) | TargetExit::Unknown));
-        if !ended || profile.attachments.contains_key(onefix_model::attachments::LOAD) {
+        if !self.batch_run() {
             return None;
         }
         // A sample covers its weight's intervals from its time: a native blocked interval is one
