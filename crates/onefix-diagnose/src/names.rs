@@ -96,6 +96,17 @@ fn starts_loop(t: &str) -> bool {
         || t.contains(".forEach(")
 }
 
+/// A line opening a body that runs apart from the loop around it: a Go function literal
+/// (`go func(i int) {`, `defer func() {`), or a closure handed to a thread or task
+/// (`thread::spawn(move || {`, `tokio::spawn(async move {`, `std::thread t([&] {`). A loop
+/// around it starts the body, maybe many at once; it does not repeat it one pass at a time.
+fn opens_body_run_elsewhere(t: &str) -> bool {
+    let t = t.split("//").next().unwrap_or(t).trim_end();
+    let go_literal = t.contains("func(") && t.ends_with('{');
+    let handed_off = ["spawn(", "std::thread", "std::async(", "std::jthread"].iter().any(|k| t.contains(k));
+    go_literal || (handed_off && (t.ends_with('{') || t.ends_with('(')))
+}
+
 /// Names called on a line of source: `ctx.load_verify_locations(cafile)` gives
 /// `ctx.load_verify_locations` and `load_verify_locations`.
 pub fn called_names(code: &str) -> Vec<String> {
@@ -237,13 +248,18 @@ impl SourceCache {
         // A closing brace ends its block's scope: what runs there (a drop of the block's
         // locals) runs once per pass of the loop whose body it closes. Start from the line
         // that opened the block.
-        if matches!(lines[idx].trim(), "}" | "};") {
+        // `}(i)` closes a goroutine's literal, `});` a spawned closure: the call that starts
+        // it is seen there (Go's wrapper for a `go` statement with arguments).
+        if lines[idx].trim_start().starts_with('}') {
             let open = (0..idx).rev().find(|&i| {
                 let t = lines[i].trim_end();
                 indentation(&lines[i]) == indent && !t.trim_start().is_empty() && t.ends_with('{')
             })?;
             if starts_loop(lines[open].trim_start()) {
                 return Some(open as u32 + 1);
+            }
+            if opens_body_run_elsewhere(lines[open].trim_start()) {
+                return None;
             }
             idx = open;
             indent = indentation(&lines[open]);
@@ -264,7 +280,7 @@ impl SourceCache {
             }
             let is_function =
                 ["def ", "async def ", "fn ", "pub fn ", "func ", "class "].iter().any(|k| t.starts_with(k));
-            if is_function || ind == 0 {
+            if is_function || opens_body_run_elsewhere(t) || ind == 0 {
                 return None;
             }
         }
@@ -786,6 +802,25 @@ mod tests {
         assert_eq!(src.enclosing_loop(&rs, 7), Some(2), "the loop's own closing brace");
         assert_eq!(src.enclosing_loop(&rs, 6), Some(2), "an if's closing brace inside the loop");
         assert_eq!(src.enclosing_loop(&rs, 8), None, "the function's");
+        // A body a loop hands to a goroutine or a thread is not repeated by it pass by pass;
+        // a closure the loop calls in place is.
+        let go = dir.join("fan.go");
+        std::fs::write(
+            &go,
+            "func main() {\n\tfor i := 0; i < n; i++ {\n\t\tgo func(i int) {\n\t\t\tdefer wg.Done()\n\t\t\tq[i] = fetch(i)\n\t\t}(i)\n\t\tcheck(i)\n\t}\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.enclosing_loop(&go, 5), None, "the goroutine's body");
+        assert_eq!(src.enclosing_loop(&go, 6), None, "the go statement's wrapper, at the literal's end");
+        assert_eq!(src.enclosing_loop(&go, 7), Some(2), "the loop's own body");
+        let spawned = dir.join("spawn.rs");
+        std::fs::write(
+            &spawned,
+            "fn run(urls: &[String]) {\n    for u in urls {\n        let h = std::thread::spawn(move || {\n            fetch(u)\n        });\n        urls.iter().for_each(|x| {\n            log(x);\n        });\n    }\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.enclosing_loop(&spawned, 4), None, "a thread's closure");
+        assert_eq!(src.enclosing_loop(&spawned, 7), Some(2), "a closure called in place");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,7 +51,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     catch_interrupts();
     recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
     // On failure the partial recording, which holds nothing yet, goes with `recording`.
-    let started_target = start_target(&TargetSpec::of_record(&args))?;
+    let started_target = start_target(&TargetSpec::of_record(&args)).map_err(|e| match (&load, exited_early(&e)) {
+        // A server that ends before it can even be read has, above all, not listened.
+        (Some((_, addr)), Some(status)) => anyhow::anyhow!(
+            "cannot drive the load: the server {} before anything listened at {addr}",
+            status.as_deref().unwrap_or("exited")
+        ),
+        _ => e,
+    })?;
     let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
 
     let cwd = process::cwd(pid);
@@ -440,5 +447,13 @@ fn wait_for_server(pid: u32, addr: std::net::SocketAddr) -> Result<(), ServerWai
             return Err(ServerWait::TimedOut);
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How a target that exited before it could be sampled ended, when that is the error.
+fn exited_early(e: &anyhow::Error) -> Option<Option<String>> {
+    match e.downcast_ref::<onefix_collect::CollectError>() {
+        Some(onefix_collect::CollectError::ExitedEarly { status }) => Some(status.clone()),
+        _ => None,
     }
 }
