@@ -312,11 +312,17 @@ impl SourceCache {
             }
             return (end > idx).then_some((line + 1, end as u32 + 1));
         }
-        let lock = t.strip_suffix(".acquire()")?;
-        let release = format!("{lock}.release()");
-        let end =
-            lines.iter().enumerate().skip(idx + 1).find(|(_, l)| l.trim() == release && indentation(l) == indent)?.0;
-        (end > idx + 1).then_some((line + 1, end as u32))
+        if let Some(lock) = t.strip_suffix(".acquire()") {
+            let release = format!("{lock}.release()");
+            let end = lines
+                .iter()
+                .enumerate()
+                .skip(idx + 1)
+                .find(|(_, l)| l.trim() == release && indentation(l) == indent)?
+                .0;
+            return (end > idx + 1).then_some((line + 1, end as u32));
+        }
+        native_held_block(lines, idx).map(|(first, last)| (first as u32 + 1, last as u32 + 1))
     }
 
     /// The line above `line`, within the same function, that assigns `name` from a call
@@ -595,6 +601,92 @@ fn module_file(path: &Path, module: &str) -> Option<PathBuf> {
     })
 }
 
+/// Lock calls of C, C++ and Go paired with the call that releases them: (lock, unlock).
+const LOCK_PAIRS: [(&str, &str); 9] = [
+    ("pthread_mutex_lock(", "pthread_mutex_unlock("),
+    ("pthread_rwlock_wrlock(", "pthread_rwlock_unlock("),
+    ("pthread_rwlock_rdlock(", "pthread_rwlock_unlock("),
+    ("pthread_spin_lock(", "pthread_spin_unlock("),
+    ("mtx_lock(", "mtx_unlock("),
+    (".Lock()", ".Unlock()"),
+    (".RLock()", ".RUnlock()"),
+    (".lock();", ".unlock();"),
+    ("->lock();", "->unlock();"),
+];
+
+/// Scoped guards, held to the end of their block: C++'s lock guards, and a Rust guard bound
+/// by `let` (`let g = m.lock().unwrap();`).
+const SCOPED_GUARDS: [&str; 4] = ["lock_guard", "unique_lock", "scoped_lock", "shared_lock"];
+const RUST_GUARD_CALLS: [&str; 3] = [".lock()", ".write()", ".read()"];
+
+/// The lines (0-based, inclusive) run while the native lock taken at line `idx` is held: up to
+/// the matching unlock of the same lock (the one at the same indentation, else the first), to
+/// the function's end after Go's `defer m.Unlock()`, or to the end of the block of a scoped
+/// guard. `None` for a line that takes no lock, or holds it for that statement alone.
+fn native_held_block(lines: &[String], idx: usize) -> Option<(usize, usize)> {
+    let text = &lines[idx];
+    let t = text.split("//").next().unwrap_or(text).trim();
+    let indent = indentation(text);
+    let code = |l: &String| {
+        let c = l.split("//").next().unwrap_or(l).trim().to_owned();
+        (!c.is_empty()).then_some(c)
+    };
+    // The end of the enclosing block: the last line before one indented less than `indent`.
+    let block_end = || {
+        let mut end = idx;
+        for (i, l) in lines.iter().enumerate().skip(idx + 1) {
+            if code(l).is_some() {
+                if indentation(l) < indent {
+                    break;
+                }
+                end = i;
+            }
+        }
+        (end > idx).then_some((idx + 1, end))
+    };
+    let scoped = SCOPED_GUARDS.iter().any(|g| t.contains(g))
+        || (t.starts_with("let ") && RUST_GUARD_CALLS.iter().any(|c| t.contains(c)) && t.contains('='));
+    if scoped {
+        return block_end();
+    }
+    let (lock, unlock) = LOCK_PAIRS.iter().find(|(lock, _)| t.contains(lock))?;
+    // The lock's expression: what the call takes (`&m`), or what it is called on (`s.mu`).
+    let what = match lock.strip_suffix('(') {
+        Some(_) => {
+            let after = &t[t.find(lock)? + lock.len()..];
+            after.split(')').next()?.trim().to_owned()
+        }
+        None => t[..t.find(lock)?].rsplit([' ', '\t', '(', '=']).next()?.to_owned(),
+    };
+    let unlocks = |l: &str| {
+        let l = l.trim();
+        match unlock.strip_suffix('(') {
+            Some(_) => l.contains(unlock) && l.contains(what.as_str()),
+            None => l.contains(&format!("{what}{unlock}")),
+        }
+    };
+    let after: Vec<(usize, String)> =
+        lines.iter().enumerate().skip(idx + 1).filter_map(|(i, l)| code(l).map(|c| (i, c))).collect();
+    if after.first().is_some_and(|(_, c)| c.starts_with("defer ") && unlocks(&c["defer ".len()..])) {
+        // Held to the function's end: from the line after the defer to the end of the block.
+        let (_, end) = block_end()?;
+        return (end > idx + 1).then_some((idx + 2, end));
+    }
+    let mut first_unlock = None;
+    for (i, c) in &after {
+        if indentation(&lines[*i]) < indent {
+            break;
+        }
+        if unlocks(c) {
+            if indentation(&lines[*i]) == indent {
+                return (*i > idx + 1).then_some((idx + 1, i - 1));
+            }
+            first_unlock.get_or_insert(*i);
+        }
+    }
+    first_unlock.filter(|&i| i > idx + 1).map(|i| (idx + 1, i - 1))
+}
+
 fn indentation(line: &str) -> usize {
     line.chars().take_while(|c| c.is_whitespace()).map(|c| if c == '\t' { 8 } else { 1 }).sum()
 }
@@ -783,6 +875,39 @@ mod tests {
         assert_eq!(src.held_block(&locked, 10), Some((11, 11)));
         assert_eq!(src.held_block(&locked, 7), None);
         assert_eq!(src.held_block(&locked, 15), Some((16, 16)), "a comment after the colon");
+        // Native locks: a pthread pair (the unlock at the same indentation, not the early one
+        // in an error branch), Go's defer, C++ and Rust scoped guards, a Rust temporary guard.
+        let c = dir.join("table.c");
+        std::fs::write(
+            &c,
+            "void put(struct t *t, int k) {\n    pthread_mutex_lock(&t->lock);\n    if (k < 0) {\n        pthread_mutex_unlock(&t->lock);\n        return;\n    }\n    rebuild(t, k);\n    pthread_mutex_unlock(&t->lock);\n    log_put(k);\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.held_block(&c, 2), Some((3, 7)));
+        assert_eq!(src.held_block(&c, 7), None, "no lock taken there");
+        let go = dir.join("cache.go");
+        std::fs::write(
+            &go,
+            "func (c *Cache) Get(k string) []byte {\n\tc.mu.Lock()\n\tdefer c.mu.Unlock()\n\tv := c.render(k)\n\treturn v\n}\n\nfunc (c *Cache) Put(k string) {\n\tc.mu.Lock()\n\tc.m[k] = nil\n\tc.n++\n\tc.mu.Unlock()\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.held_block(&go, 2), Some((4, 5)), "held to the function's end after the defer");
+        assert_eq!(src.held_block(&go, 9), Some((10, 11)));
+        let cpp = dir.join("cache.cpp");
+        std::fs::write(
+            &cpp,
+            "std::string Cache::get(int k) {\n    {\n        std::lock_guard<std::mutex> guard(mu_);\n        refresh(k);\n        touch(k);\n    }\n    return render(k);\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.held_block(&cpp, 3), Some((4, 5)), "to the end of the guard's block");
+        let rs = dir.join("cache.rs");
+        std::fs::write(
+            &rs,
+            "fn get(&self, k: u32) -> String {\n    let mut map = self.map.lock().unwrap();\n    let v = expensive(k);\n    map.insert(k, v.clone());\n    v\n}\nfn bump(&self) {\n    self.count.lock().unwrap().add(1);\n}\n",
+        )
+        .unwrap();
+        assert_eq!(src.held_block(&rs, 2), Some((3, 5)));
+        assert_eq!(src.held_block(&rs, 8), None, "a temporary guard holds for its statement only");
         // C's do-while is a loop too.
         let c = dir.join("scan.c");
         std::fs::write(

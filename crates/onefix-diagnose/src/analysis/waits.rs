@@ -14,6 +14,8 @@
 //! wPerf's cascade does, a few hops at most. No wait is counted twice: each waiting sample is
 //! charged once, to the one holder of that tick.
 
+use std::collections::HashSet;
+
 use super::*;
 
 /// Hops followed from a waiter to its holder's holder.
@@ -142,6 +144,18 @@ impl Engine<'_> {
         // from the lock and queuing for the GIL to go on).
         let mut seen_holding: HashMap<usize, HashMap<(StackId, bool), u64>> = HashMap::new();
         let mut unseen: Vec<(usize, usize)> = Vec::new();
+        // Whether the holders of a lock were read at enough of its waits to say what they do.
+        fn enough_seen(
+            holding: &HashMap<(StackId, bool), u64>,
+            unseen: &[(usize, usize)],
+            line: usize,
+            p: &Profile,
+        ) -> bool {
+            let seen: u64 = holding.values().sum();
+            let missed: u64 =
+                unseen.iter().filter(|&&(_, l)| l == line).map(|&(i, _)| p.samples[i].weight as u64).sum();
+            seen >= MIN_HOLDER_SAMPLES && seen as f64 >= MIN_HOLDER_SEEN * (seen + missed) as f64
+        }
         for (i, s) in profile.samples.iter().enumerate() {
             if self.running(s) {
                 continue;
@@ -199,18 +213,68 @@ impl Engine<'_> {
                 out.insert(i, r);
             }
         }
-        self.charge_unseen_holders(&mut out, &seen_holding, unseen);
+        // (Many waiters queue behind one holder: its work over the run is fewer samples than
+        // their waits, so only its count is asked of it.)
+        let mut run_wide: HashSet<usize> = HashSet::new();
+        // Native threads are not read at the same instants: a lock passed on faster than a
+        // tick is seldom read with its holder inside the block, so what the block's holders
+        // do over the whole run stands for what they did during those waits.
+        for (&waited_at, block) in &guarded {
+            let native = profile.frame(self.lines[waited_at].frame).kind != FrameKind::Python;
+            if let (true, Some(block)) = (native, block) {
+                if !seen_holding.get(&waited_at).is_some_and(|h| enough_seen(h, &unseen, waited_at, profile)) {
+                    let work = self.work_in_block(waited_at, *block);
+                    if work.values().sum::<u64>() >= MIN_HOLDER_SAMPLES {
+                        run_wide.insert(waited_at);
+                        seen_holding.insert(waited_at, work);
+                    }
+                }
+            }
+        }
+        self.charge_unseen_holders(&mut out, &seen_holding, &run_wide, unseen);
         out
     }
 
-    /// Waits for a Python lock at ticks whose holder was not read inside the block the lock
-    /// guards are charged as the waits whose holder was: in proportion to what the holders were
-    /// read doing (deterministically, each to the stack furthest below its share so far). Left
+    /// What every thread does inside the block a lock guards, over the whole run, by stack
+    /// and whether it ran: the samples read there, but for waits at the lock itself.
+    fn work_in_block(
+        &mut self,
+        lock_line: usize,
+        (frame, first, last): (FrameId, u32, u32),
+    ) -> HashMap<(StackId, bool), u64> {
+        let profile = self.profile;
+        let lock = profile.frame(frame);
+        let mut inside: HashMap<StackId, bool> = HashMap::new();
+        let mut work: HashMap<(StackId, bool), u64> = HashMap::new();
+        for s in &profile.samples {
+            let Some(stack) = s.stack else { continue };
+            let held = *inside.entry(stack).or_insert_with(|| {
+                profile.stack_frames_leaf_first(Some(stack)).any(|f| {
+                    let f = profile.frame(f);
+                    f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
+                })
+            });
+            if !held || self.parked(Some(stack)).is_some() || self.line_of(Some(stack)) == Some(lock_line) {
+                continue;
+            }
+            let running = self.running(s);
+            if !running && self.lock_wait(Some(stack)) {
+                continue;
+            }
+            *work.entry((stack, running)).or_default() += s.weight as u64;
+        }
+        work
+    }
+
+    /// Waits for a lock at ticks whose holder was not read inside the block the lock guards
+    /// are charged as the waits whose holder was: in proportion to what the holders were read
+    /// doing (deterministically, each to the stack furthest below its share so far). Left
     /// where they are when the holder was read too seldom to say what it does.
     fn charge_unseen_holders(
         &self,
         out: &mut HashMap<usize, Recharge>,
         seen_holding: &HashMap<usize, HashMap<(StackId, bool), u64>>,
+        run_wide: &HashSet<usize>,
         unseen: Vec<(usize, usize)>,
     ) {
         let profile = self.profile;
@@ -223,7 +287,8 @@ impl Engine<'_> {
             let Some(holding) = seen_holding.get(&waited_at) else { continue };
             let seen: u64 = holding.values().sum();
             let all = seen + unseen_weight[&waited_at];
-            if seen < MIN_HOLDER_SAMPLES || (seen as f64) < MIN_HOLDER_SEEN * all as f64 {
+            let too_seldom = !run_wide.contains(&waited_at) && (seen as f64) < MIN_HOLDER_SEEN * all as f64;
+            if seen < MIN_HOLDER_SAMPLES || too_seldom {
                 continue;
             }
             let mut options: Vec<(&(StackId, bool), &u64)> = holding.iter().collect();
