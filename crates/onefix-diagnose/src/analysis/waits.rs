@@ -43,10 +43,12 @@ pub(super) struct Recharge {
     /// The line the waiter waited at.
     pub waited_at: usize,
     /// Charged as the lock's other waits were, its holder not read at that tick (see
-    /// [`Engine::charge_unseen_holders`]): such ticks are mostly the lock passing from one
-    /// holder to the next, a delay that shrinks with the contention but does not vanish with
-    /// the holder's line, so the critical path walks it as the lock wait it is (to whichever
-    /// thread ended it) rather than as the holder's line's time.
+    /// [`Engine::charge_unseen_holders`]): for a Python lock such ticks are mostly the lock
+    /// passing from one holder to the next (the next holder must also get the GIL), a delay
+    /// that shrinks with the contention but does not vanish with the holder's line, so the
+    /// critical path walks it as the lock wait it is (to whichever thread ended it) rather than
+    /// as the holder's line's time. A native lock passes in microseconds (a futex wake), so its
+    /// waits charged by what the block's holders do over the run are walked as that work.
     pub inferred: bool,
 }
 
@@ -302,7 +304,10 @@ impl Engine<'_> {
                 continue;
             };
             *given.entry((waited_at, stack, running)).or_default() += profile.samples[i].weight as u64;
-            out.insert(i, Recharge { stack, running, cause: Cause::Lock, waited_at, inferred: true });
+            out.insert(
+                i,
+                Recharge { stack, running, cause: Cause::Lock, waited_at, inferred: !run_wide.contains(&waited_at) },
+            );
         }
     }
 
