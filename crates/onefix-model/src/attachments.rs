@@ -71,6 +71,30 @@ pub struct FleetLine {
     pub trend: Vec<Option<f64>>,
 }
 
+/// Which thread ended each blocked interval of a native recording ([`Wakes`]).
+pub const WAKES: &str = "wakes";
+
+/// The kernel's wake-ups (`sched:sched_waking`) that ended blocked intervals of a native
+/// recording: for each interval that was charged as samples, the thread that woke it. Only
+/// those intervals are kept, so the list grows with the samples, not with the wake-ups.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wakes {
+    pub edges: Vec<WakeEdge>,
+}
+
+/// One blocked interval and the thread that ended it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeEdge {
+    /// The thread that waited (an index into the profile's threads).
+    pub thread: u32,
+    /// The interval, µs since the recording's start: from its first sample's time to the
+    /// switch back in.
+    pub from_us: u64,
+    pub to_us: u64,
+    /// The thread that woke it (an index into the profile's threads).
+    pub waker: u32,
+}
+
 /// What the diagnosis needs to know of the machine a recording was made on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Machine {
@@ -101,6 +125,11 @@ impl Profile {
     /// The machine the recording was made on; `None` for recordings made before it was kept.
     pub fn machine(&self) -> Option<Machine> {
         self.attachment(MACHINE)
+    }
+
+    /// The wake-ups that ended a native recording's blocked intervals, when the kernel gave them.
+    pub fn wakes(&self) -> Option<Wakes> {
+        self.attachment(WAKES)
     }
 
     /// Where the profile came from, when another tool recorded it.

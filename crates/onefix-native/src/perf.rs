@@ -26,7 +26,14 @@ pub enum EventKind {
     CpuClock,
     /// Every context switch, with the stack of the thread leaving the CPU: off-CPU time.
     Switches,
+    /// The `sched:sched_waking` tracepoint (its id): a thread of the target waking another,
+    /// with the woken thread in the raw data. Tells which thread ended each blocked interval.
+    Wakes(u64),
 }
+
+/// What a wake-up sample carries: no stack, only who woke whom and when.
+pub const WAKE_SAMPLE_TYPE: u64 =
+    (b::PERF_SAMPLE_IDENTIFIER | b::PERF_SAMPLE_TID | b::PERF_SAMPLE_TIME | b::PERF_SAMPLE_RAW) as u64;
 
 #[derive(Clone, Debug)]
 pub struct AttrSpec {
@@ -62,10 +69,19 @@ pub fn attr(spec: &AttrSpec) -> b::perf_event_attr {
             a.config = b::PERF_COUNT_SW_CONTEXT_SWITCHES as u64;
             a.__bindgen_anon_1.sample_period = 1;
         }
+        EventKind::Wakes(id) => {
+            a.type_ = b::PERF_TYPE_TRACEPOINT;
+            a.config = id;
+            a.__bindgen_anon_1.sample_period = 1;
+        }
     }
-    a.sample_type = SAMPLE_TYPE;
-    a.sample_regs_user = REGS_MASK;
-    a.sample_stack_user = spec.stack_bytes;
+    if let EventKind::Wakes(_) = spec.kind {
+        a.sample_type = WAKE_SAMPLE_TYPE;
+    } else {
+        a.sample_type = SAMPLE_TYPE;
+        a.sample_regs_user = REGS_MASK;
+        a.sample_stack_user = spec.stack_bytes;
+    }
     a.set_disabled(1);
     a.set_inherit(1);
     a.set_enable_on_exec(spec.enable_on_exec as u64);
@@ -78,6 +94,76 @@ pub fn attr(spec: &AttrSpec) -> b::perf_event_attr {
     a.set_watermark(1);
     a.__bindgen_anon_2.wakeup_watermark = u32::MAX / 2;
     a
+}
+
+/// The id of the tracepoint `sched:sched_waking`, read from tracefs. Where tracefs is not
+/// mounted (a container, a machine without systemd), it is mounted for a moment in a private
+/// mount namespace of a short-lived child, so the machine's own mounts are left as they are.
+pub fn sched_waking_id() -> Option<u64> {
+    for dir in ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"] {
+        if let Ok(text) = std::fs::read_to_string(format!("{dir}/events/sched/sched_waking/id")) {
+            return text.trim().parse().ok();
+        }
+    }
+    id_from_private_tracefs()
+}
+
+fn id_from_private_tracefs() -> Option<u64> {
+    let mut fds = [0i32; 2];
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    let (read_end, write_end) = (fds[0], fds[1]);
+    // The child makes system calls only (no allocation): safe after a fork of a process with
+    // threads.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        unsafe {
+            let mut buf = [0u8; 32];
+            let mut n: isize = 0;
+            if libc::unshare(libc::CLONE_NEWNS) == 0
+                && libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == 0
+                && libc::mount(
+                    c"nodev".as_ptr(),
+                    c"/sys/kernel/tracing".as_ptr(),
+                    c"tracefs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                ) == 0
+            {
+                let fd = libc::open(c"/sys/kernel/tracing/events/sched/sched_waking/id".as_ptr(), libc::O_RDONLY);
+                if fd >= 0 {
+                    n = libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len());
+                }
+            }
+            if n > 0 {
+                libc::write(write_end, buf.as_ptr() as *const libc::c_void, n as usize);
+            }
+            libc::_exit(0);
+        }
+    }
+    unsafe { libc::close(write_end) };
+    let mut text = Vec::new();
+    if pid > 0 {
+        let mut buf = [0u8; 32];
+        loop {
+            let n = unsafe { libc::read(read_end, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            text.extend_from_slice(&buf[..n as usize]);
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+    }
+    unsafe { libc::close(read_end) };
+    std::str::from_utf8(&text).ok()?.trim().parse().ok()
 }
 
 pub fn open(attr: &b::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {

@@ -40,12 +40,54 @@ pub struct SampleRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Record {
     Sample(SampleRecord),
-    Mmap2 { pid: u32, tid: u32, time: u64, start: u64, len: u64, pgoff: u64, ino: u64, prot: u32, path: String },
-    Comm { pid: u32, tid: u32, time: u64, name: String, exec: bool },
-    Fork { pid: u32, ppid: u32, tid: u32, ptid: u32, time: u64 },
-    Exit { pid: u32, tid: u32, time: u64 },
-    Switch { pid: u32, tid: u32, time: u64, out: bool, preempt: bool },
-    Lost { time: u64, count: u64 },
+    Mmap2 {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        ino: u64,
+        prot: u32,
+        path: String,
+    },
+    Comm {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        name: String,
+        exec: bool,
+    },
+    Fork {
+        pid: u32,
+        ppid: u32,
+        tid: u32,
+        ptid: u32,
+        time: u64,
+    },
+    Exit {
+        pid: u32,
+        tid: u32,
+        time: u64,
+    },
+    Switch {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        out: bool,
+        preempt: bool,
+    },
+    Lost {
+        time: u64,
+        count: u64,
+    },
+    /// Thread `tid` of `pid` woke thread `wakee` (`sched:sched_waking`).
+    Wake {
+        pid: u32,
+        tid: u32,
+        time: u64,
+        wakee: u32,
+    },
 }
 
 impl Record {
@@ -57,7 +99,8 @@ impl Record {
             | Record::Fork { time, .. }
             | Record::Exit { time, .. }
             | Record::Switch { time, .. }
-            | Record::Lost { time, .. } => *time,
+            | Record::Lost { time, .. }
+            | Record::Wake { time, .. } => *time,
         }
     }
 }
@@ -111,6 +154,32 @@ pub fn is_used_kind(rec: &[u8]) -> bool {
             | RECORD_LOST
             | RECORD_LOST_SAMPLES
     )
+}
+
+/// Offset of the woken thread's id (`pid`) in `sched_waking`'s raw data: after the common
+/// fields (8 bytes) and `comm[16]`, the same in every kernel since the tracepoint exists.
+const WAKING_PID_OFFSET: usize = 24;
+
+/// The identifier of a sample record (its first field), to tell which event it came from.
+pub fn sample_event_id(rec: &[u8]) -> Option<u64> {
+    let kind = u32::from_ne_bytes(rec.get(..4)?.try_into().ok()?);
+    if kind != RECORD_SAMPLE {
+        return None;
+    }
+    Some(u64::from_ne_bytes(rec.get(8..16)?.try_into().ok()?))
+}
+
+/// Parses a sample of the wake-up event (`perf::WAKE_SAMPLE_TYPE`: identifier, tid, time, raw).
+pub fn parse_wake(rec: &[u8]) -> Option<Record> {
+    let mut c = Cursor { data: rec, at: 8 };
+    let _id = c.u64()?;
+    let pid = c.u32()?;
+    let tid = c.u32()?;
+    let time = c.u64()?;
+    let size = c.u32()? as usize;
+    let raw = c.bytes(size)?;
+    let wakee = i32::from_ne_bytes(raw.get(WAKING_PID_OFFSET..WAKING_PID_OFFSET + 4)?.try_into().ok()?);
+    (wakee > 0).then_some(Record::Wake { pid, tid, time, wakee: wakee as u32 })
 }
 
 /// Parses one record (header included). `None` for records this sampler does not use or
@@ -252,6 +321,23 @@ mod tests {
         assert_eq!(s.arg0, Some(7));
         assert_eq!(s.stack, vec![1u8; 8], "only the dynamic size is kept");
         assert!(!s.in_kernel);
+    }
+
+    #[test]
+    fn parses_a_wake_up_with_the_woken_thread() {
+        let mut body = 9u64.to_ne_bytes().to_vec();
+        body.extend_from_slice(&10u32.to_ne_bytes());
+        body.extend_from_slice(&11u32.to_ne_bytes());
+        body.extend_from_slice(&5000u64.to_ne_bytes());
+        let mut raw = vec![0u8; 36];
+        raw[24..28].copy_from_slice(&12i32.to_ne_bytes());
+        body.extend_from_slice(&(raw.len() as u32).to_ne_bytes());
+        body.extend_from_slice(&raw);
+        body.extend_from_slice(&[0u8; 4]);
+        let rec = header(RECORD_SAMPLE, 1, &body);
+        assert_eq!(sample_event_id(&rec), Some(9));
+        assert_eq!(parse_wake(&rec), Some(Record::Wake { pid: 10, tid: 11, time: 5000, wakee: 12 }));
+        assert_eq!(parse_wake(&rec[..30]), None, "a truncated record");
     }
 
     #[test]

@@ -188,6 +188,31 @@ fn c_hot_line_dominates_cpu_and_blocked_time_lands_on_the_waiting_line() {
     // Two threads, both named.
     assert!(p.threads().len() >= 2, "{:?}", p.threads());
     assert!(p.threads().iter().all(|t| t.name.is_some()), "{:?}", p.threads());
+
+    // The wait in recv was ended by the peer's send: the kernel's wake-up names the peer.
+    let wakes = r.sampler.wakes().expect("root is given the sched_waking tracepoint");
+    let waiting = |f: &Frame| f.function == "wait_for_reply";
+    let recv_sample = p
+        .samples
+        .iter()
+        .find(|s| {
+            !s.state.active()
+                && s.stack.is_some_and(|st| p.stack_frames_leaf_first(Some(st)).any(|f| waiting(p.frame(f))))
+        })
+        .expect("a blocked sample in recv");
+    let edge = wakes
+        .edges
+        .iter()
+        .find(|e| e.thread == recv_sample.thread && e.from_us <= recv_sample.time_us && recv_sample.time_us <= e.to_us)
+        .unwrap_or_else(|| panic!("no wake-up for the wait in recv: {:?}", wakes.edges));
+    let peer = &p.threads()[edge.waker as usize];
+    assert_ne!(edge.waker, recv_sample.thread);
+    assert_eq!(peer.pid, p.threads()[recv_sample.thread as usize].pid, "{peer:?}");
+    let peer_slept = p.samples.iter().any(|s| {
+        s.thread == edge.waker
+            && s.stack.is_some_and(|st| p.stack_frames_leaf_first(Some(st)).any(|f| p.frame(f).function == "slow_peer"))
+    });
+    assert!(peer_slept, "the waker is the thread that ran slow_peer: {peer:?}");
 }
 
 #[test]

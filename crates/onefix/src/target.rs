@@ -132,6 +132,14 @@ impl TargetSampler {
             TargetSampler::Native { sampler, .. } => sampler.warnings(),
         }
     }
+
+    /// Which thread ended each blocked interval, for a native recording whose kernel told.
+    pub(crate) fn wakes(&self) -> Option<onefix_model::attachments::Wakes> {
+        match self {
+            TargetSampler::Python { .. } => None,
+            TargetSampler::Native { sampler, .. } => sampler.wakes(),
+        }
+    }
 }
 
 /// Starts the command or attaches to the pid, with the sampler its kind of program needs:

@@ -6,9 +6,10 @@
 //! The path is walked back from the end of the run, Perfetto's way, over the samples: while the
 //! thread on the path runs, or waits for something outside the program (a reply, the clock,
 //! the disk), the time is charged to its line; when it waits for another thread (a join, a
-//! queue, a lock, the GIL), the path moves to the thread that woke it, taken as the one that
-//! was doing work when the wait ended (preferring one that finished or started waiting just
-//! then, as a joined thread or a producer does).
+//! queue, a lock, the GIL), the path moves to the thread that woke it: in a native recording,
+//! the one the kernel saw wake it (`sched:sched_waking`); otherwise the one that was doing work
+//! when the wait ended (preferring one that finished or started waiting just then, as a joined
+//! thread or a producer does).
 //!
 //! The bound is critical-path zeroing (Hollingsworth): T' is the path without the line's time,
 //! but never less than what must still run once the line is gone, since the path may shift:
@@ -232,8 +233,14 @@ impl Engine<'_> {
                     _ => pairs.client.get(&cur).copied(),
                 }
                 .filter(|&x| working(x));
+                // The kernel's word on who ended a wait on another thread comes first; the
+                // rest is inferred from what the threads were read doing.
+                let woke = match step {
+                    Step::Woken => timelines.waker(cur, t - 1),
+                    _ => None,
+                };
                 let handed_over = if ends { self.handover(cur, t, timelines, &steps, interval_us) } else { None };
-                let next = served.or(handed_over).or_else(|| match step {
+                let next = woke.or(served).or(handed_over).or_else(|| match step {
                     Step::Woken => self.waker(cur, t, timelines, &steps, interval_us),
                     _ => None,
                 });

@@ -7,6 +7,9 @@
 //!   Python thread that the kernel saw in a futex wait at a line that takes no lock;
 //! - a Python lock: the thread whose stack is inside the block the lock guards (`with lock:`'s
 //!   body, or the lines up to `lock.release()`);
+//! - a native lock: the thread inside the block it guards (read from the source: a pthread
+//!   lock and its unlock, a scoped guard); else the thread the kernel saw wake the waiter
+//!   (`sched:sched_waking`: it released the lock);
 //! - any other lock: the one thread of the process running user code at that tick, when there
 //!   is exactly one (otherwise the wait stays where it is: no guess).
 //!
@@ -52,6 +55,37 @@ pub(super) struct Recharge {
     pub inferred: bool,
 }
 
+/// The kernel's wake-ups of a native recording ([`onefix_model::attachments::Wakes`]), by the
+/// thread woken: its blocked intervals in time order, each with the thread that ended it.
+pub(super) struct WakeIndex {
+    by_thread: Vec<Vec<(u64, u64, usize)>>,
+}
+
+impl WakeIndex {
+    fn of(profile: &Profile, nthreads: usize) -> Option<WakeIndex> {
+        let wakes = profile.wakes()?;
+        let mut by_thread: Vec<Vec<(u64, u64, usize)>> = vec![Vec::new(); nthreads];
+        for e in wakes.edges {
+            let (thread, waker) = (e.thread as usize, e.waker as usize);
+            if thread < nthreads && waker < nthreads && thread != waker {
+                by_thread[thread].push((e.from_us, e.to_us, waker));
+            }
+        }
+        for t in &mut by_thread {
+            t.sort_unstable();
+        }
+        Some(WakeIndex { by_thread })
+    }
+
+    /// The thread that ended the blocked interval of `thread` going on at `t`.
+    pub(super) fn waker(&self, thread: usize, t: u64) -> Option<usize> {
+        let intervals = self.by_thread.get(thread)?;
+        let after = intervals.partition_point(|&(from, _, _)| from <= t);
+        let &(_, to, waker) = intervals.get(after.checked_sub(1)?)?;
+        (t <= to).then_some(waker)
+    }
+}
+
 /// Each thread's samples as time intervals, to find what another thread did at a given tick.
 pub(super) struct Timelines {
     /// By thread: (start µs, end µs, sample index), in time order.
@@ -59,6 +93,8 @@ pub(super) struct Timelines {
     /// By process: its samples holding the GIL, in time order (one holder at a time), so that
     /// a GIL wait finds its holder without asking every thread.
     gil_holders: HashMap<u32, Vec<(u64, u64, usize)>>,
+    /// Which thread ended each blocked interval, when the kernel told (native recordings).
+    wakes: Option<WakeIndex>,
 }
 
 impl Timelines {
@@ -76,7 +112,8 @@ impl Timelines {
         for t in by_thread.iter_mut().chain(gil_holders.values_mut()) {
             t.sort_by_key(|&(start, _, i)| (start, i));
         }
-        Some(Timelines { by_thread, gil_holders })
+        let wakes = WakeIndex::of(profile, by_thread.len());
+        Some(Timelines { by_thread, gil_holders, wakes })
     }
 
     /// The sample of `thread` taken at `t`: the last one started at or before it, if it still
@@ -86,6 +123,12 @@ impl Timelines {
         let after = line.partition_point(|&(start, _, _)| start <= t);
         let &(_, end, i) = line.get(after.checked_sub(1)?)?;
         (t < end).then_some(i)
+    }
+
+    /// The thread that ended the blocked interval of `thread` going on at `t`, as the kernel
+    /// recorded it.
+    pub fn waker(&self, thread: usize, t: u64) -> Option<usize> {
+        self.wakes.as_ref()?.waker(thread, t)
     }
 
     /// The sample of `pid` that held the GIL at `t`, if one was read holding it then.
@@ -347,6 +390,11 @@ impl Engine<'_> {
                             })
                         })
                     }
+                    // The thread that released the lock ended the wait: it held the lock.
+                    None if timelines.waker(s.thread as usize, s.time_us).is_some() => timelines
+                        .waker(s.thread as usize, s.time_us)
+                        .and_then(|w| timelines.at(w, s.time_us))
+                        .filter(|&o| self.line_of(profile.samples[o].stack).is_some()),
                     None => {
                         let mut working = others.into_iter().filter(|&o| {
                             let h = &profile.samples[o];

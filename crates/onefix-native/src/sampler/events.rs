@@ -41,6 +41,7 @@ impl NativeSampler {
                 self.add_event(fd, cpu, EventKind::CpuClock)?;
                 if let Some(fd) = switches {
                     self.add_event(fd, cpu, EventKind::Switches)?;
+                    self.open_wakes(tid, cpu, enable_on_exec)?;
                 }
             }
         }
@@ -81,11 +82,28 @@ impl NativeSampler {
         Err(map_open_error(last.unwrap_or_else(|| io::Error::from_raw_os_error(libc::EACCES)), tid))
     }
 
+    /// The wake-ups the thread makes, when the kernel gives the `sched_waking` tracepoint
+    /// (root, tracefs): without them a blocked interval has no known waker, and nothing else
+    /// is lost, so a refusal is no error.
+    fn open_wakes(&mut self, tid: u32, cpu: i32, enable_on_exec: bool) -> Result<(), NativeError> {
+        let Some(id) = *self.wake_tracepoint.get_or_insert_with(perf::sched_waking_id) else { return Ok(()) };
+        let attr = perf::attr(&self.spec(EventKind::Wakes(id), false, enable_on_exec));
+        match perf::open(&attr, tid as i32, cpu) {
+            Ok(fd) => self.add_event(fd, cpu, EventKind::Wakes(id)),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Err(NativeError::NoSuchProcess(tid)),
+            Err(_) => {
+                self.wake_tracepoint = Some(None);
+                Ok(())
+            }
+        }
+    }
+
     pub(super) fn add_event(&mut self, fd: OwnedFd, cpu: i32, kind: EventKind) -> Result<(), NativeError> {
         let id = perf::event_id(&fd).map_err(NativeError::Os)?;
         match kind {
             EventKind::CpuClock => self.cpu_ids.insert(id),
             EventKind::Switches => self.switch_ids.insert(id),
+            EventKind::Wakes(_) => self.wake_ids.insert(id),
         };
         match self.ring_owner.get(&cpu) {
             Some(&owner) => perf::set_output(&fd, &self.events[owner]).map_err(NativeError::Os)?,

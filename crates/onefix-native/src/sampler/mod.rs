@@ -124,6 +124,10 @@ struct Blocked {
     /// wait ([`onefix_model::ThreadState::SAME_WAIT`]), which tells back-to-back waits at one
     /// line apart.
     continued: bool,
+    /// The thread (pid, tid) that woke it, from the `sched_waking` record before its switch in.
+    waker: Option<(u32, u32)>,
+    /// When its first sample was emitted, µs since the start.
+    first_us: Option<u64>,
 }
 
 /// Samples a native process tree through perf_event. See the crate docs.
@@ -145,6 +149,12 @@ pub struct NativeSampler {
     ring_owner: HashMap<i32, usize>,
     cpu_ids: HashSet<u64>,
     switch_ids: HashSet<u64>,
+    wake_ids: HashSet<u64>,
+    /// The `sched_waking` tracepoint's id: `None` until looked up, `Some(None)` when the kernel
+    /// does not give it (then blocked intervals have no waker).
+    wake_tracepoint: Option<Option<u64>>,
+    /// Which thread ended each blocked interval that was charged as samples.
+    wakes: Vec<onefix_model::attachments::WakeEdge>,
     // Records.
     pending: Vec<Record>,
     start_ns: Option<u64>,
@@ -204,6 +214,9 @@ impl NativeSampler {
             ring_owner: HashMap::new(),
             cpu_ids: HashSet::new(),
             switch_ids: HashSet::new(),
+            wake_ids: HashSet::new(),
+            wake_tracepoint: None,
+            wakes: Vec::new(),
             pending: Vec::new(),
             start_ns: None,
             symbolizer: Symbolizer::new(),
@@ -379,14 +392,25 @@ impl NativeSampler {
     fn drain(&mut self) {
         let pending = &mut self.pending;
         let unknown = &mut self.stats.unknown;
+        let wake_ids = &self.wake_ids;
         for ring in &mut self.rings {
-            ring.drain(|bytes| match record::parse(bytes) {
-                Some(r) => pending.push(r),
-                // Kinds this sampler does not use (THROTTLE, ...) are not unknown.
-                None if record::is_used_kind(bytes) => *unknown += 1,
-                None => {}
+            ring.drain(|bytes| {
+                let wake =
+                    !wake_ids.is_empty() && record::sample_event_id(bytes).is_some_and(|id| wake_ids.contains(&id));
+                let parsed = if wake { record::parse_wake(bytes) } else { record::parse(bytes) };
+                match parsed {
+                    Some(r) => pending.push(r),
+                    // Kinds this sampler does not use (THROTTLE, ...) are not unknown.
+                    None if wake || record::is_used_kind(bytes) => *unknown += 1,
+                    None => {}
+                }
             });
         }
+    }
+
+    /// Which thread ended each blocked interval charged as samples, when the kernel told.
+    pub fn wakes(&self) -> Option<onefix_model::attachments::Wakes> {
+        (!self.wake_ids.is_empty()).then(|| onefix_model::attachments::Wakes { edges: self.wakes.clone() })
     }
 
     fn time_us(&self, t: u64) -> u64 {
@@ -507,12 +531,21 @@ impl NativeSampler {
                     if stack.is_none() {
                         self.stats.blocks_without_stack += 1;
                     }
-                    self.blocked.insert(tid, Blocked { pid, from: time, stack, continued: false });
+                    self.blocked
+                        .insert(tid, Blocked { pid, from: time, stack, continued: false, waker: None, first_us: None });
                 } else {
                     return self.close_block(profile, tid, time);
                 }
             }
             Record::Lost { count, .. } => self.stats.lost += count,
+            Record::Wake { pid, tid, wakee, .. } => {
+                // The last wake-up before the switch back in is the one that ended the wait.
+                if let Some(b) = self.blocked.get_mut(&wakee) {
+                    if wakee != tid {
+                        b.waker = Some((pid, tid));
+                    }
+                }
+            }
         }
         0
     }

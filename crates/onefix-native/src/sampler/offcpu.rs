@@ -33,11 +33,17 @@ impl NativeSampler {
     }
 
     /// Charges the blocked interval of `tid` up to `to` and forgets it.
+    /// Charges the blocked interval of `tid` up to `to` and forgets it, keeping which thread
+    /// woke it when it was charged as samples.
     pub(super) fn close_block(&mut self, profile: &mut Profile, tid: u32, to: u64) -> usize {
-        match self.blocked.remove(&tid) {
-            Some(mut b) => self.emit_blocked(profile, tid, &mut b, to),
-            None => 0,
+        let Some(mut b) = self.blocked.remove(&tid) else { return 0 };
+        let n = self.emit_blocked(profile, tid, &mut b, to);
+        if let (Some(from_us), Some((wpid, wtid))) = (b.first_us, b.waker) {
+            let thread = self.thread(profile, b.pid, tid);
+            let waker = self.thread(profile, wpid, wtid);
+            self.wakes.push(onefix_model::attachments::WakeEdge { thread, from_us, to_us: self.time_us(to), waker });
         }
+        n
     }
 
     /// Turns the blocked time of `tid` from `b.from` to `to` into samples, one per chunk of
@@ -67,6 +73,7 @@ impl NativeSampler {
                     weight: weight.min(u32::MAX as u64) as u32,
                 });
                 b.continued = true;
+                b.first_us.get_or_insert(self.time_us(b.from));
                 n += 1;
             }
             b.from = end;

@@ -167,6 +167,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     }
     let mut asyncio_notes = sampler.sampling_notes();
     asyncio_notes.extend(sampler.asyncio_notes(mode));
+    if let (Some(wakes), None) = (sampler.wakes(), &outcome.write_error) {
+        // Which thread ended each wait travels with the recording, for `report`.
+        let json = profile.attach(attachments::WAKES, &wakes);
+        if let Err(e) = writer.write_attachment(attachments::WAKES, &json) {
+            crate::messages::say(format_args!("could not add the wake-ups to the recording ({e})"));
+        }
+    }
     drop(sampler);
 
     let load_result = match load_result {
