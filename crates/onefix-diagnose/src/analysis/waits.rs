@@ -51,7 +51,7 @@ pub(super) struct Recharge {
     /// that shrinks with the contention but does not vanish with the holder's line, so the
     /// critical path walks it as the lock wait it is (to whichever thread ended it) rather than
     /// as the holder's line's time. A native lock passes in microseconds (a futex wake), so its
-    /// waits charged by what the block's holders do over the run are walked as that work.
+    /// inferred waits are walked as the holders' work (never set for them).
     pub inferred: bool,
 }
 
@@ -347,10 +347,9 @@ impl Engine<'_> {
                 continue;
             };
             *given.entry((waited_at, stack, running)).or_default() += profile.samples[i].weight as u64;
-            out.insert(
-                i,
-                Recharge { stack, running, cause: Cause::Lock, waited_at, inferred: !run_wide.contains(&waited_at) },
-            );
+            // A native lock passes in microseconds: its inferred waits are walked as the work.
+            let python = profile.frame(self.lines[waited_at].frame).kind == FrameKind::Python;
+            out.insert(i, Recharge { stack, running, cause: Cause::Lock, waited_at, inferred: python });
         }
     }
 
