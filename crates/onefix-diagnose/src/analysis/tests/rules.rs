@@ -492,3 +492,66 @@ fn a_set_up_paid_at_its_first_use_has_no_bound_from_python_samples() {
     assert_eq!(f.max_speedup, None, "{f:?}");
     assert!(f.no_bound.as_deref().is_some_and(|w| w.contains("first use on line 5")), "{f:?}");
 }
+
+#[test]
+fn a_native_lock_wait_goes_to_the_thread_the_kernel_saw_wake_it() {
+    // Thread 1 waits for a mutex taken through a helper (no block to read in the source) while
+    // threads 2 and 3 both work: who holds the lock cannot be told from the samples alone.
+    // The kernel's wake-ups say thread 2 released it each time.
+    let (dir, app) = write_app(
+        "native-waker",
+        "void put(struct t *t) {\n    lock_table(t);\n}\nvoid rebuild(void) {\n    for (;;) step();\n}\nvoid parse(void) {\n    for (;;) scan();\n}\n",
+    );
+    let build = |wakes: bool| {
+        let mut b = Builder::new();
+        let waiting = native(
+            &mut b.p,
+            &[
+                ("put", &app, 2),
+                ("lock_table", "/app/lock.h", 9),
+                ("___pthread_mutex_lock", "pthread_mutex_lock.c", 93),
+            ],
+        );
+        let rebuilding = native(&mut b.p, &[("rebuild", &app, 5)]);
+        let parsing = native(&mut b.p, &[("parse", &app, 8)]);
+        let mut edges = Vec::new();
+        for tick in 0..200u64 {
+            for (tid, stack, active) in [(1, waiting, false), (2, rebuilding, true), (3, parsing, true)] {
+                let thread = b.p.intern_thread(1, tid, None);
+                b.p.samples.push(Sample {
+                    time_us: tick * 10_000,
+                    thread,
+                    stack,
+                    state: ThreadState::new(active, false).with_same_wait(Some(tick % 4 != 0)),
+                    weight: 1,
+                });
+            }
+            // Each wait lasts four ticks and is ended by thread 2.
+            if tick % 4 == 0 {
+                edges.push(onefix_model::attachments::WakeEdge {
+                    thread: 0,
+                    from_us: tick * 10_000,
+                    to_us: (tick + 4) * 10_000,
+                    waker: 1,
+                });
+            }
+        }
+        if wakes {
+            b.p.attach(onefix_model::attachments::WAKES, &onefix_model::attachments::Wakes { edges });
+        }
+        b.diagnose(dir.to_str().unwrap())
+    };
+    let (with, without) = (build(true), build(false));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let rebuild = with.findings.iter().find(|f| f.line == 5).unwrap_or_else(|| panic!("{:?}", with.findings));
+    assert_eq!(rebuild.rank, 1, "{:?}", with.findings);
+    assert!(
+        rebuild.evidence.iter().any(|e| e.frame.starts_with("other threads waiting for the lock at")),
+        "{rebuild:?}"
+    );
+    assert!(with.findings.iter().all(|f| f.line != 2), "the wait is charged, not left: {:?}", with.findings);
+    let parse = with.findings.iter().find(|f| f.line == 8).unwrap();
+    assert!(parse.evidence.iter().all(|e| !e.frame.contains("waiting for the lock")), "{parse:?}");
+    // Without them, two threads work at every tick: no guess, the wait stays where it is.
+    assert!(without.findings.iter().any(|f| f.line == 2 && f.kind == "lock-contention"), "{:?}", without.findings);
+}
