@@ -66,6 +66,13 @@ pub enum Note {
     GilQueue {
         percent: f64,
     },
+    /// The recording was driven by an open-loop load (a fixed rate): what a gain means there.
+    OpenLoad {
+        target_rps: f64,
+        achieved_rps: f64,
+        /// Whether the server kept up with the rate (served it, nothing left unsent).
+        kept_up: bool,
+    },
     /// A sentence from a collector or a command (asyncio, exec, the memory facts).
     Said(String),
 }
@@ -160,6 +167,14 @@ impl fmt::Display for Note {
             Note::GilQueue { percent } => write!(
                 f,
                 "Python threads queued for the GIL {percent:.0}% of the working threads' time (charged to the lines that held it): only one thread of a process runs Python code at a time, so more threads do not add speed; for CPU-bound work use processes, or native code that releases the GIL"
+            ),
+            Note::OpenLoad { target_rps, achieved_rps, kept_up: true } => write!(
+                f,
+                "the load asked {target_rps:.0} requests/s and the server served them all ({achieved_rps:.0}/s): a fix shortens each request's time, which is what the findings' gains are of; the throughput stays at the rate asked (a closed-loop load, --load without --rate, shows what the server could serve)"
+            ),
+            Note::OpenLoad { target_rps, achieved_rps, kept_up: false } => write!(
+                f,
+                "the load asked {target_rps:.0} requests/s and the server fell behind ({achieved_rps:.0}/s served): requests queued over the run, so its latency was mostly queueing, which a fix that lets it keep up removes too; the findings' gains are of the work per request, and the latency may gain more"
             ),
             Note::Said(s) => f.write_str(s),
         }

@@ -87,6 +87,8 @@ const ENTRY_EXPLAINS: f64 = 0.3;
 /// A thread with this share of the weight in user code (working, or waiting there for others)
 /// takes part in the run: with two or more, the gain is read off the critical path.
 const SHARES_THE_WORK: f64 = 0.05;
+/// An open-loop load served at this share of its rate or more was kept up with.
+const KEPT_UP: f64 = 0.95;
 /// GIL waits from this share of the busy time up are said in a note: the threads mostly queue.
 const GIL_QUEUE_NOTE: f64 = 0.2;
 /// Waits at a line are counted in windows of this length to tell how many are in flight at once.
@@ -688,6 +690,9 @@ impl Engine<'_> {
         if share(gil_queue) >= GIL_QUEUE_NOTE {
             notes.push(Note::GilQueue { percent: share(gil_queue) * 100.0 });
         }
+        if let Some(load) = open_load(profile) {
+            notes.push(load);
+        }
         if self.lines.iter().all(|l| l.weight == 0) && busy_weight > 0 {
             let dirs: Vec<String> = self.user.dirs().iter().map(|d| d.display().to_string()).collect();
             let instead = excluded_code_with_most_time(profile, &outside_by_stack)
@@ -723,6 +728,27 @@ impl Engine<'_> {
 }
 
 use onefix_model::fmt::file_name as short;
+
+/// What the load that drove the recording says of the gains, when it was open-loop (a fixed
+/// rate): the server either kept up, so a fix gains latency and not throughput, or fell behind,
+/// so its latency was mostly queueing. Read from the load's result as onefix-load writes it.
+fn open_load(profile: &Profile) -> Option<Note> {
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        mode: String,
+        target_rps: Option<f64>,
+        achieved_rps: f64,
+        scheduled: u64,
+        unsent: u64,
+    }
+    let load: Shape = profile.attachment(onefix_model::attachments::LOAD)?;
+    let target_rps = load.target_rps.filter(|r| *r > 0.0 && load.mode == "open")?;
+    // Served the rate: nearly all of it, and next to nothing left unsent for want of a free
+    // connection (a slow server holds its connections).
+    let kept_up =
+        load.achieved_rps >= KEPT_UP * target_rps && (load.unsent as f64) <= (1.0 - KEPT_UP) * load.scheduled as f64;
+    Some(Note::OpenLoad { target_rps, achieved_rps: load.achieved_rps, kept_up })
+}
 
 /// Which third of the run a window is in.
 fn third(window: u64, nwindows: usize) -> usize {

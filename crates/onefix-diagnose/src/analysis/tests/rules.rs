@@ -555,3 +555,28 @@ fn a_native_lock_wait_goes_to_the_thread_the_kernel_saw_wake_it() {
     // Without them, two threads work at every tick: no guess, the wait stays where it is.
     assert!(without.findings.iter().any(|f| f.line == 2 && f.kind == "lock-contention"), "{:?}", without.findings);
 }
+
+#[test]
+fn an_open_loop_load_says_whether_the_server_kept_up_and_what_a_gain_means_there() {
+    let with_load = |json: &str| {
+        let mut b = Builder::new();
+        for tick in 0..100u64 {
+            b.add(1, tick * 10, true, &[("handle", "/app/server.py", 12)]);
+        }
+        b.p.attachments.insert(onefix_model::attachments::LOAD.to_owned(), json.as_bytes().to_vec());
+        b.diagnose("/app").notes.iter().map(|n| n.to_string()).find(|n| n.starts_with("the load asked"))
+    };
+    let kept_up = with_load(r#"{"mode":"open","target_rps":80.0,"achieved_rps":79.6,"scheduled":400,"unsent":0}"#);
+    assert!(
+        kept_up.as_deref().is_some_and(|n| n.contains("served them all") && n.contains("throughput stays")),
+        "{kept_up:?}"
+    );
+    let behind = with_load(r#"{"mode":"open","target_rps":80.0,"achieved_rps":61.0,"scheduled":400,"unsent":90}"#);
+    assert!(behind.as_deref().is_some_and(|n| n.contains("fell behind (61/s served)")), "{behind:?}");
+    // A closed loop has no rate to keep up with; a profile with no load says nothing.
+    assert_eq!(
+        with_load(r#"{"mode":"closed","target_rps":null,"achieved_rps":300.0,"scheduled":900,"unsent":0}"#),
+        None
+    );
+    assert_eq!(with_load("not json"), None);
+}
