@@ -1,6 +1,6 @@
 //! The user's view of a call into a package carries what the package's own view finds: when
 //! most of the time under the user's line is one recognised pattern inside the package (a
-//! quadratic append, a repeated walk, a deep copy), the line is that kind, said with where in
+//! quadratic append or re-scan, a repeated walk), the line is that kind, said with where in
 //! the package it is, not "call it less often" for a call the user makes once.
 
 use std::collections::HashMap;
