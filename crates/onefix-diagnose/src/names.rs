@@ -291,7 +291,8 @@ impl SourceCache {
 impl SourceCache {
     /// The lines run while the lock taken at `line` is held, as a 1-based inclusive range: the
     /// body of a `with lock:` statement, or for `lock.acquire()` the lines up to the matching
-    /// `lock.release()` at the same indentation. `None` when the line takes no lock that way.
+    /// `lock.release()` at the same indentation; for native code, see [`native_held_block`].
+    /// `None` when the line takes no lock that way.
     pub fn held_block(&mut self, path: &Path, line: u32) -> Option<(u32, u32)> {
         let lines = self.lines(path)?;
         let idx = (line as usize).checked_sub(1)?;

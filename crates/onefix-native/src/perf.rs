@@ -154,13 +154,19 @@ fn id_from_private_tracefs() -> Option<u64> {
         let mut buf = [0u8; 32];
         loop {
             let n = unsafe { libc::read(read_end, buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
             if n <= 0 {
                 break;
             }
             text.extend_from_slice(&buf[..n as usize]);
         }
         let mut status = 0;
-        unsafe { libc::waitpid(pid, &mut status, 0) };
+        // Reaped even when a signal (Ctrl-C) interrupts the wait: no zombie is left.
+        while unsafe { libc::waitpid(pid, &mut status, 0) } < 0
+            && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+        {}
     }
     unsafe { libc::close(read_end) };
     std::str::from_utf8(&text).ok()?.trim().parse().ok()

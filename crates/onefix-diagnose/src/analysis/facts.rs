@@ -155,16 +155,12 @@ impl Engine<'_> {
         let lock = profile.frame(self.lines[l].frame);
         let path = self.user.resolve(&lock.file)?;
         let (first, last) = self.source.held_block(&path, lock.line)?;
-        let inside = |f: &onefix_model::Frame| {
-            f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
-        };
+        let block = (self.lines[l].frame, first, last);
         let mut in_block: HashMap<StackId, bool> = HashMap::new();
         let mut by_line: HashMap<usize, u64> = HashMap::new();
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let Some(stack) = s.stack else { continue };
-            let held = *in_block
-                .entry(stack)
-                .or_insert_with(|| profile.stack_frames_leaf_first(Some(stack)).any(|f| inside(profile.frame(f))));
+            let held = *in_block.entry(stack).or_insert_with(|| self.inside_block(stack, block));
             if !held || self.parked(Some(stack)).is_some() {
                 continue;
             }
@@ -173,6 +169,16 @@ impl Engine<'_> {
             }
         }
         by_line.into_iter().filter(|&(line, _)| line != l).max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)))
+    }
+
+    /// Whether a stack runs inside a lock's held block: lines `first..=last` of the function
+    /// whose frame `frame` takes the lock.
+    pub(super) fn inside_block(&self, stack: StackId, (frame, first, last): (FrameId, u32, u32)) -> bool {
+        let lock = self.profile.frame(frame);
+        self.profile.stack_frames_leaf_first(Some(stack)).any(|f| {
+            let f = self.profile.frame(f);
+            f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
+        })
     }
 
     /// The user line a stack is charged to, if any.

@@ -17,8 +17,6 @@
 //! wPerf's cascade does, a few hops at most. No wait is counted twice: each waiting sample is
 //! charged once, to the one holder of that tick.
 
-use std::collections::HashSet;
-
 use super::*;
 
 /// Hops followed from a waiter to its holder's holder.
@@ -189,18 +187,6 @@ impl Engine<'_> {
         // from the lock and queuing for the GIL to go on).
         let mut seen_holding: HashMap<usize, HashMap<(StackId, bool), u64>> = HashMap::new();
         let mut unseen: Vec<(usize, usize)> = Vec::new();
-        // Whether the holders of a lock were read at enough of its waits to say what they do.
-        fn enough_seen(
-            holding: &HashMap<(StackId, bool), u64>,
-            unseen: &[(usize, usize)],
-            line: usize,
-            p: &Profile,
-        ) -> bool {
-            let seen: u64 = holding.values().sum();
-            let missed: u64 =
-                unseen.iter().filter(|&&(_, l)| l == line).map(|&(i, _)| p.samples[i].weight as u64).sum();
-            seen >= MIN_HOLDER_SAMPLES && seen as f64 >= MIN_HOLDER_SEEN * (seen + missed) as f64
-        }
         for (i, s) in profile.samples.iter().enumerate() {
             if self.running(s) {
                 continue;
@@ -258,47 +244,19 @@ impl Engine<'_> {
                 out.insert(i, r);
             }
         }
-        // (Many waiters queue behind one holder: its work over the run is fewer samples than
-        // their waits, so only its count is asked of it.)
-        let mut run_wide: HashSet<usize> = HashSet::new();
-        // Native threads are not read at the same instants: a lock passed on faster than a
-        // tick is seldom read with its holder inside the block, so what the block's holders
-        // do over the whole run stands for what they did during those waits.
-        for (&waited_at, block) in &guarded {
-            let native = profile.frame(self.lines[waited_at].frame).kind != FrameKind::Python;
-            if let (true, Some(block)) = (native, block) {
-                if !seen_holding.get(&waited_at).is_some_and(|h| enough_seen(h, &unseen, waited_at, profile)) {
-                    let work = self.work_in_block(waited_at, *block);
-                    if work.values().sum::<u64>() >= MIN_HOLDER_SAMPLES {
-                        run_wide.insert(waited_at);
-                        seen_holding.insert(waited_at, work);
-                    }
-                }
-            }
-        }
-        self.charge_unseen_holders(&mut out, &seen_holding, &run_wide, unseen);
+        self.charge_unseen_holders(&mut out, seen_holding, &guarded, unseen);
         out
     }
 
     /// What every thread does inside the block a lock guards, over the whole run, by stack
     /// and whether it ran: the samples read there, but for waits at the lock itself.
-    fn work_in_block(
-        &mut self,
-        lock_line: usize,
-        (frame, first, last): (FrameId, u32, u32),
-    ) -> HashMap<(StackId, bool), u64> {
+    fn work_in_block(&mut self, lock_line: usize, block: (FrameId, u32, u32)) -> HashMap<(StackId, bool), u64> {
         let profile = self.profile;
-        let lock = profile.frame(frame);
         let mut inside: HashMap<StackId, bool> = HashMap::new();
         let mut work: HashMap<(StackId, bool), u64> = HashMap::new();
         for s in &profile.samples {
             let Some(stack) = s.stack else { continue };
-            let held = *inside.entry(stack).or_insert_with(|| {
-                profile.stack_frames_leaf_first(Some(stack)).any(|f| {
-                    let f = profile.frame(f);
-                    f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
-                })
-            });
+            let held = *inside.entry(stack).or_insert_with(|| self.inside_block(stack, block));
             if !held || self.parked(Some(stack)).is_some() || self.line_of(Some(stack)) == Some(lock_line) {
                 continue;
             }
@@ -314,12 +272,17 @@ impl Engine<'_> {
     /// Waits for a lock at ticks whose holder was not read inside the block the lock guards
     /// are charged as the waits whose holder was: in proportion to what the holders were read
     /// doing (deterministically, each to the stack furthest below its share so far). Left
-    /// where they are when the holder was read too seldom to say what it does.
+    /// where they are when the holder was read too seldom to say what it does, except for a
+    /// native lock: native threads are not read at the same instants, and a lock passed on
+    /// faster than a tick is seldom read with its holder inside the block, so what every
+    /// thread does inside the block over the whole run stands for it (many waiters queue
+    /// behind one holder, so its work over the run may be fewer samples than their waits:
+    /// only a count is asked of it).
     fn charge_unseen_holders(
-        &self,
+        &mut self,
         out: &mut HashMap<usize, Recharge>,
-        seen_holding: &HashMap<usize, HashMap<(StackId, bool), u64>>,
-        run_wide: &HashSet<usize>,
+        mut seen_holding: HashMap<usize, HashMap<(StackId, bool), u64>>,
+        guarded: &HashMap<usize, Option<(FrameId, u32, u32)>>,
         unseen: Vec<(usize, usize)>,
     ) {
         let profile = self.profile;
@@ -327,15 +290,26 @@ impl Engine<'_> {
         for &(i, line) in &unseen {
             *unseen_weight.entry(line).or_default() += profile.samples[i].weight as u64;
         }
-        let mut given: HashMap<(usize, StackId, bool), u64> = HashMap::new();
-        for (i, waited_at) in unseen {
-            let Some(holding) = seen_holding.get(&waited_at) else { continue };
+        // Per lock line with such waits: what they are charged by, if anything.
+        let mut basis: HashMap<usize, HashMap<(StackId, bool), u64>> = HashMap::new();
+        for (&line, &missed) in &unseen_weight {
+            let holding = seen_holding.remove(&line).unwrap_or_default();
             let seen: u64 = holding.values().sum();
-            let all = seen + unseen_weight[&waited_at];
-            let too_seldom = !run_wide.contains(&waited_at) && (seen as f64) < MIN_HOLDER_SEEN * all as f64;
-            if seen < MIN_HOLDER_SAMPLES || too_seldom {
+            if seen >= MIN_HOLDER_SAMPLES && seen as f64 >= MIN_HOLDER_SEEN * (seen + missed) as f64 {
+                basis.insert(line, holding);
                 continue;
             }
+            let native = profile.frame(self.lines[line].frame).kind != FrameKind::Python;
+            if let (true, Some(Some(block))) = (native, guarded.get(&line)) {
+                let work = self.work_in_block(line, *block);
+                if work.values().sum::<u64>() >= MIN_HOLDER_SAMPLES {
+                    basis.insert(line, work);
+                }
+            }
+        }
+        let mut given: HashMap<(usize, StackId, bool), u64> = HashMap::new();
+        for (i, waited_at) in unseen {
+            let Some(holding) = basis.get(&waited_at) else { continue };
             let mut options: Vec<(&(StackId, bool), &u64)> = holding.iter().collect();
             options.sort_by_key(|&(&(stack, running), _)| (stack, running));
             let Some((&(stack, running), _)) = options.into_iter().min_by(|a, b| {
@@ -380,28 +354,23 @@ impl Engine<'_> {
                     Some((frame, first, last))
                 });
                 match block {
-                    Some((frame, first, last)) => {
-                        let lock = profile.frame(frame);
-                        others.into_iter().find(|&o| {
-                            profile.stack_frames_leaf_first(profile.samples[o].stack).any(|f| {
-                                let f = profile.frame(f);
-                                f.file == lock.file && f.function == lock.function && (first..=last).contains(&f.line)
-                            })
-                        })
-                    }
-                    // The thread that released the lock ended the wait: it held the lock.
-                    None if timelines.waker(s.thread as usize, s.time_us).is_some() => timelines
-                        .waker(s.thread as usize, s.time_us)
-                        .and_then(|w| timelines.at(w, s.time_us))
-                        .filter(|&o| self.line_of(profile.samples[o].stack).is_some()),
-                    None => {
-                        let mut working = others.into_iter().filter(|&o| {
-                            let h = &profile.samples[o];
-                            self.running(h) && self.line_of(h.stack).is_some() && self.parked(h.stack).is_none()
-                        });
-                        let only = working.next()?;
-                        working.next().is_none().then_some(only)
-                    }
+                    Some(block) => others
+                        .into_iter()
+                        .find(|&o| profile.samples[o].stack.is_some_and(|st| self.inside_block(st, block))),
+                    None => match timelines.waker(s.thread as usize, s.time_us) {
+                        // The thread that released the lock ended the wait: it held the lock.
+                        Some(w) => {
+                            timelines.at(w, s.time_us).filter(|&o| self.line_of(profile.samples[o].stack).is_some())
+                        }
+                        None => {
+                            let mut working = others.into_iter().filter(|&o| {
+                                let h = &profile.samples[o];
+                                self.running(h) && self.line_of(h.stack).is_some() && self.parked(h.stack).is_none()
+                            });
+                            let only = working.next()?;
+                            working.next().is_none().then_some(only)
+                        }
+                    },
                 }
             }
         }
