@@ -120,13 +120,11 @@ struct Blocked {
     /// Emitted up to here.
     from: u64,
     stack: Option<Option<StackId>>,
-    /// A sample of this blocked interval was emitted already: the next ones continue the same
-    /// wait ([`onefix_model::ThreadState::SAME_WAIT`]), which tells back-to-back waits at one
-    /// line apart.
-    continued: bool,
     /// The thread (pid, tid) that woke it, from the `sched_waking` record before its switch in.
     waker: Option<(u32, u32)>,
-    /// When its first sample was emitted, µs since the start.
+    /// When its first sample was emitted, µs since the start. Once set, the next samples
+    /// continue the same wait ([`onefix_model::ThreadState::SAME_WAIT`]), which tells
+    /// back-to-back waits at one line apart.
     first_us: Option<u64>,
 }
 
@@ -531,8 +529,7 @@ impl NativeSampler {
                     if stack.is_none() {
                         self.stats.blocks_without_stack += 1;
                     }
-                    self.blocked
-                        .insert(tid, Blocked { pid, from: time, stack, continued: false, waker: None, first_us: None });
+                    self.blocked.insert(tid, Blocked { pid, from: time, stack, waker: None, first_us: None });
                 } else {
                     return self.close_block(profile, tid, time);
                 }

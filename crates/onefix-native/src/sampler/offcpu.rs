@@ -69,10 +69,9 @@ impl NativeSampler {
                     thread,
                     stack,
                     // Each blocked interval is one wait, known from the switch records.
-                    state: ThreadState::new(false, false).with_same_wait(Some(b.continued)),
+                    state: ThreadState::new(false, false).with_same_wait(Some(b.first_us.is_some())),
                     weight: weight.min(u32::MAX as u64) as u32,
                 });
-                b.continued = true;
                 b.first_us.get_or_insert(self.time_us(b.from));
                 n += 1;
             }
