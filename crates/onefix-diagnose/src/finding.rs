@@ -55,6 +55,10 @@ pub struct Finding {
     /// of the finding's own (the terminal says it instead of the generic one).
     #[serde(skip)]
     pub no_bound: Option<String>,
+    /// The bound's interval when it is not Amdahl's over `bound_weight` samples (the latency
+    /// model's, over the share's interval): what [`Finding::speedup_range`] gives.
+    #[serde(skip)]
+    pub modelled_range: Option<(f64, Option<f64>)>,
 }
 
 /// What a finding's gain bound rests on.
@@ -73,6 +77,9 @@ pub enum GainBasis {
     /// slowest call's, the calls counted from when their thread ran between them (an upper
     /// bound: every call overlapped, the remote service keeping up).
     WorkSpan,
+    /// A server under an open-loop load: the mean latency per request, from a queueing model
+    /// of the load's rate and the work per request (analysis/latency.rs).
+    LatencyModel,
     /// No bound: a memory finding, or a profile with no time in it.
     None,
 }
@@ -83,6 +90,7 @@ impl GainBasis {
             GainBasis::BusyShare => "busy-share",
             GainBasis::CriticalPath => "critical-path",
             GainBasis::WorkSpan => "work-span",
+            GainBasis::LatencyModel => "latency-model",
             GainBasis::None => "none",
         }
     }
@@ -140,6 +148,9 @@ impl Finding {
     /// share of 1 a handful of samples moves it a lot. Wilson's interval for that fraction,
     /// inverted; the upper end is `None` when the interval reaches zero (no bound above).
     pub fn speedup_range(&self) -> Option<(f64, Option<f64>)> {
+        if self.modelled_range.is_some() {
+            return self.modelled_range;
+        }
         let bound = self.max_speedup.filter(|b| b.is_finite() && *b >= 1.0)?;
         if self.bound_weight == 0 {
             return None;
@@ -162,7 +173,7 @@ fn capitalize(s: &str) -> String {
 }
 
 /// Wilson's 95% score interval for a proportion `p` seen in `n` trials.
-fn wilson(p: f64, n: f64) -> (f64, f64) {
+pub(crate) fn wilson(p: f64, n: f64) -> (f64, f64) {
     const Z: f64 = 1.96;
     let z2 = Z * Z;
     let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
@@ -257,6 +268,7 @@ mod tests {
             gain_basis: GainBasis::BusyShare,
             what: String::new(),
             no_bound: None,
+            modelled_range: None,
         }
     }
 

@@ -287,6 +287,7 @@ pub fn diagnose_memory(profile: &Profile, user: &UserCode, opts: &MemoryOptions)
             gain_basis: crate::GainBasis::None,
             what: String::new(),
             no_bound: None,
+            modelled_range: None,
         });
     }
 
@@ -425,6 +426,7 @@ fn allocating_line_finding(
         gain_basis: crate::GainBasis::None,
         what: String::new(),
         no_bound: None,
+        modelled_range: None,
     }
 }
 

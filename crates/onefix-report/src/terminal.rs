@@ -227,6 +227,10 @@ impl Summary<'_> {
                 (false, _) => "less memory",
                 // Read off the run's critical path: the time of the whole run, not a share.
                 (true, onefix_diagnose::GainBasis::CriticalPath) => "faster end to end (on the run's critical path)",
+                // A server under an open-loop load: its requests' mean latency, queue included.
+                (true, onefix_diagnose::GainBasis::LatencyModel) => {
+                    "faster per request (mean latency at this load, its queue included)"
+                }
                 (true, _) => "faster",
             };
             // Serial waits do not go away when fixed: they overlap, and the slowest stays.

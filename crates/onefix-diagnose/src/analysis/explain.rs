@@ -372,6 +372,7 @@ impl Engine<'_> {
             },
             what,
             no_bound,
+            modelled_range: None,
         }
     }
 

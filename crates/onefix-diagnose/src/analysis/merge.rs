@@ -209,6 +209,7 @@ mod loop_header_tests {
             enclosing_loop: enclosing_loop.map(str::to_owned),
             what: String::new(),
             no_bound: None,
+            modelled_range: None,
             gain_basis: GainBasis::BusyShare,
         }
     }

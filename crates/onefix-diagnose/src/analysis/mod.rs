@@ -21,6 +21,7 @@ mod critical;
 mod explain;
 mod facts;
 mod growth;
+mod latency;
 mod merge;
 mod rules;
 mod serial;
@@ -618,6 +619,22 @@ impl Engine<'_> {
         self.merge_consequences(&mut findings);
         merge::fold_drops_into_copies(&mut findings);
         merge::fold_loop_headers(&mut findings);
+        // A server under an open-loop load: each finding's gain in its requests' mean latency.
+        let running_weight = busy_cumulative.last().map_or(0, |&(_, _, r)| r);
+        if let (Some(load), Some(spw)) =
+            (profile.attachments.get(onefix_model::attachments::LOAD), profile.seconds_per_weight())
+        {
+            // A Python process runs its Python code on one thread at a time (the GIL).
+            let servers = match profile.meta.target.language {
+                Some(onefix_model::Language::Python) => 1,
+                _ => opts.cpus.unwrap_or(1),
+            };
+            if let Some(model) = latency::LatencyModel::from_load(load, running_weight, spw, servers) {
+                for f in findings.iter_mut().filter(|f| f.gain_basis == GainBasis::BusyShare) {
+                    self.gain_in_latency(f, &model, busy_weight);
+                }
+            }
+        }
         // On a critical path, the line to change first is the one whose removal shortens the
         // run most, whatever share of the summed busy time it holds.
         if path.is_some() {
@@ -787,4 +804,33 @@ fn excluded_code_with_most_time(
         }
     }
     weight.into_iter().map(|(e, w)| (w, e)).max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.dir().cmp(a.1.dir())))
+}
+
+impl Engine<'_> {
+    /// A finding's gain in the mean latency of the load's requests, with its interval from
+    /// the share's (Wilson's, over the busy samples).
+    fn gain_in_latency(&self, f: &mut Finding, model: &latency::LatencyModel, busy_weight: u64) {
+        // The part of the finding's time its thread ran, from its line: the rest was waiting
+        // (a reply, the disk), which shortens the request but builds no queue.
+        let running_part = self
+            .line_index(&f.file, f.line, &f.function)
+            .map(|l| &self.lines[l])
+            .filter(|acc| acc.weight > 0)
+            .map_or(1.0, |acc| (acc.weight - acc.blocked) as f64 / acc.weight as f64);
+        let gain = |share: f64| {
+            let removed = model.per_request(share * busy_weight as f64);
+            model.speedup(removed * running_part, removed * (1.0 - running_part))
+        };
+        let Some(bound) = gain(f.share) else { return };
+        let (lo, hi) = crate::finding::wilson(f.share, busy_weight as f64);
+        f.max_speedup = Some(bound);
+        f.modelled_range = gain(lo).map(|l| (l.min(bound), gain(hi).map(|h| h.max(bound))));
+        f.gain_basis = GainBasis::LatencyModel;
+        f.why = format!(
+            "{}; under this load ({:.0} requests/s, the server's CPU {:.0}% busy) a request's latency is its work plus the queue that work builds, and both shrink with it",
+            f.why,
+            model.rps(),
+            model.utilisation() * 100.0
+        );
+    }
 }

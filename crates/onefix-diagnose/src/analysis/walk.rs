@@ -316,6 +316,7 @@ impl Engine<'_> {
             gain_basis: first.map_or(GainBasis::BusyShare, |f| f.gain_basis),
             what: b.what(id, &values),
             no_bound: None,
+            modelled_range: None,
         }
     }
 

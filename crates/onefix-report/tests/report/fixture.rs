@@ -170,6 +170,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 gain_basis: onefix_diagnose::GainBasis::BusyShare,
                 what: String::new(),
                 no_bound: None,
+                modelled_range: None,
             },
             Finding {
                 rank: 2,
@@ -199,6 +200,7 @@ pub fn updater_diagnosis() -> Diagnosis {
                 gain_basis: onefix_diagnose::GainBasis::BusyShare,
                 what: String::new(),
                 no_bound: None,
+                modelled_range: None,
             },
         ],
         hot_lines: hot_lines(busy),
