@@ -296,6 +296,8 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
+        // Busy weight read holding the GIL: a Python process's one server.
+        let mut gil_weight = 0u64;
         // Outside-user weight by stack: where the time went when none of it ran in user code.
         let mut outside_by_stack: HashMap<Option<StackId>, u64> = HashMap::new();
         // Idle weight by the user line that waits: where a program that does nothing stalls.
@@ -361,6 +363,9 @@ impl Engine<'_> {
                 continue;
             }
             busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
+            if s.state.gil() {
+                gil_weight += w;
+            }
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
@@ -624,12 +629,15 @@ impl Engine<'_> {
         if let (Some(load), Some(spw)) =
             (profile.attachments.get(onefix_model::attachments::LOAD), profile.seconds_per_weight())
         {
-            // A Python process runs its Python code on one thread at a time (the GIL).
-            let servers = match profile.meta.target.language {
-                Some(onefix_model::Language::Python) => 1,
-                _ => opts.cpus.unwrap_or(1),
+            // A Python process runs its Python code on one thread at a time: its one server is
+            // the GIL, and the work that queues for it is the time it is held (a thread waiting
+            // for it can read as running).
+            let (servers, work) = match profile.meta.target.language {
+                Some(onefix_model::Language::Python) if gil_weight > 0 => (1, gil_weight),
+                Some(onefix_model::Language::Python) => (1, running_weight),
+                _ => (opts.cpus.unwrap_or(1), running_weight),
             };
-            if let Some(model) = latency::LatencyModel::from_load(load, running_weight, spw, servers) {
+            if let Some(model) = latency::LatencyModel::from_load(load, work, spw, servers) {
                 for f in findings.iter_mut().filter(|f| f.gain_basis == GainBasis::BusyShare) {
                     self.gain_in_latency(f, &model, busy_weight);
                 }
