@@ -42,6 +42,24 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
     stat_fields(pid)?.get(19)?.parse().ok()
 }
 
+/// CPU time, in seconds, of the process and its live descendants (user and system, every
+/// thread, those that ended included): what a server spent on the requests sent meanwhile. In
+/// clock ticks (10 ms on most kernels), so over a short stretch only a count of many ticks
+/// means much.
+pub fn cpu_seconds(root: u32) -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
+    let of = |pid: u32| -> Option<u64> {
+        let f = stat_fields(pid)?;
+        // utime and stime: fields 14 and 15, after the state (field 3).
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    };
+    let own = of(root)?;
+    let children: u64 = descendants(root).into_iter().filter(|&p| p != root).filter_map(of).sum();
+    Some((own + children) as f64 / ticks)
+}
+
 /// Whether the process is a kernel thread (PF_KTHREAD in its flags): nothing to profile.
 pub fn is_kernel_thread(pid: u32) -> bool {
     const PF_KTHREAD: u64 = 0x0020_0000;

@@ -200,6 +200,7 @@ mod tests {
             streams: 1,
             tls: None,
             latency_histogram: Vec::new(),
+            unloaded: None,
         }
     }
 

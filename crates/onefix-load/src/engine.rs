@@ -205,6 +205,34 @@ pub fn wait_until_listening(
     }
 }
 
+/// Requests of [`probe_unloaded`], and the longest it may take: enough for a stable mean of a
+/// fast server's latency and for many ticks of its CPU time, short beside the load that follows.
+pub const PROBE_REQUESTS: u64 = 1000;
+pub const PROBE_LIMIT: Duration = Duration::from_secs(1);
+/// Fewer answers than this say nothing of the floor.
+const PROBE_MIN_COMPLETED: u64 = 5;
+
+/// The latency of `cfg`'s requests when none queues: [`PROBE_REQUESTS`] of them sent one at a
+/// time on one connection, for at most [`PROBE_LIMIT`]. `None` when too few were answered (a
+/// server slower than that, or failing): the load goes on without it.
+pub fn probe_unloaded(cfg: &LoadConfig, stop: Arc<AtomicBool>) -> Option<stats::Unloaded> {
+    let probe = LoadConfig {
+        rate: None,
+        duration: Some(PROBE_LIMIT),
+        max_requests: Some(PROBE_REQUESTS),
+        connections: 1,
+        streams: 1,
+        threads: 1,
+        ..cfg.clone()
+    };
+    let result = run(&probe, stop, &mut |_| {}).ok()?;
+    (result.completed >= PROBE_MIN_COMPLETED && result.errors.total == 0).then_some(stats::Unloaded {
+        completed: result.completed,
+        latency_ms: result.service_time_ms,
+        server_cpu_ms: None,
+    })
+}
+
 /// Compiles the request, checks that the target listens, and runs the load. `stop` ends the
 /// run early (in-flight requests get a second to finish); `on_window` sees each window.
 pub fn run(
@@ -907,5 +935,6 @@ fn run_plan(
             handshake_ms: stats::summarize(&handshake),
         }),
         latency_histogram: stats::histogram_buckets(&corrected),
+        unloaded: None,
     }
 }

@@ -23,9 +23,9 @@ pub mod template;
 mod timer;
 pub mod tls;
 
-pub use engine::{check_reachable, run, target_addr, wait_until_listening, LoadConfig, Progress};
+pub use engine::{check_reachable, probe_unloaded, run, target_addr, wait_until_listening, LoadConfig, Progress};
 pub use request::RequestSpec;
-pub use stats::{ErrorKind, Errors, HistogramBucket, LatencySummary, LoadResult, TlsSummary, Window};
+pub use stats::{ErrorKind, Errors, HistogramBucket, LatencySummary, LoadResult, TlsSummary, Unloaded, Window};
 pub use tls::{Protocol, TlsOptions};
 
 /// The JSON Schema that every `--json` result satisfies.

@@ -198,6 +198,25 @@ pub struct LoadResult {
     /// slowest response, as the terminal draws it.
     #[serde(default)]
     pub latency_histogram: Vec<HistogramBucket>,
+    /// Before an open-loop load driven by `record --load`: a few requests sent one at a time,
+    /// so that none queues. Their latency is the floor the load's latency cannot go below
+    /// (the client, the network, the server's own work), which a queueing model of the server
+    /// needs. Absent when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unloaded: Option<Unloaded>,
+}
+
+/// Requests sent one at a time on one connection before a load (see [`LoadResult::unloaded`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Unloaded {
+    /// Requests answered.
+    pub completed: u64,
+    /// Their latency, from the moment each was sent.
+    pub latency_ms: LatencySummary,
+    /// The server's CPU time per request meanwhile, when the server's process was known
+    /// (`record --load`) and ran long enough for its CPU time to be counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_cpu_ms: Option<f64>,
 }
 
 fn http1() -> String {

@@ -8,17 +8,7 @@ use crate::stats::{LatencySummary, LoadResult};
 
 /// Milliseconds with as many digits as they deserve.
 pub fn fmt_ms(ms: f64) -> String {
-    if ms >= 10_000.0 {
-        format!("{:.1} s", ms / 1000.0)
-    } else if ms >= 100.0 {
-        format!("{ms:.0} ms")
-    } else if ms >= 10.0 {
-        format!("{ms:.1} ms")
-    } else if ms >= 1.0 {
-        format!("{ms:.2} ms")
-    } else {
-        format!("{ms:.3} ms")
-    }
+    onefix_model::fmt::millis(ms)
 }
 
 pub fn fmt_rate(rps: f64) -> String {

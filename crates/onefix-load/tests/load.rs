@@ -388,3 +388,42 @@ fn an_interrupted_run_reports_what_it_did() {
     assert!(r.scheduled < 600, "{}", r.scheduled);
     balanced(&r);
 }
+
+#[test]
+fn the_unloaded_probe_sends_one_request_at_a_time_and_measures_their_latency() {
+    // Each request takes 2 ms; two in flight at once would show in `most_at_once`.
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let most_at_once = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (now, most) = (in_flight.clone(), most_at_once.clone());
+    let server = support::hyper_server(
+        false,
+        Arc::new(move |_, _| {
+            let (now, most) = (now.clone(), most.clone());
+            Box::pin(async move {
+                let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(n, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                (200, "ok")
+            })
+        }),
+    );
+    // The load it precedes: 8 connections at 500 requests/s; the probe ignores both.
+    let mut cfg = config(&server.url("/"));
+    cfg.connections = 8;
+    cfg.rate = Some(500.0);
+    let started = Instant::now();
+    let probe = onefix_load::probe_unloaded(&cfg, Arc::new(AtomicBool::new(false))).expect("the probe runs");
+    assert!(started.elapsed() < onefix_load::engine::PROBE_LIMIT + Duration::from_secs(1));
+    assert_eq!(most_at_once.load(Ordering::SeqCst), 1, "the probe's requests overlapped");
+    assert!((5..=onefix_load::engine::PROBE_REQUESTS).contains(&probe.completed), "{probe:?}");
+    assert!(probe.latency_ms.mean >= 2.0 && probe.latency_ms.min >= 2.0, "{probe:?}");
+    // The server's CPU time is the caller's to read (it knows the server's process).
+    assert_eq!(probe.server_cpu_ms, None);
+
+    // A server that fails every request gives no floor.
+    let failing = support::hyper_server(false, Arc::new(|_, _| Box::pin(async { (500, "no") })));
+    let mut cfg = config(&failing.url("/"));
+    cfg.rate = Some(100.0);
+    assert!(onefix_load::probe_unloaded(&cfg, Arc::new(AtomicBool::new(false))).is_none());
+}

@@ -21,6 +21,21 @@ pub fn bytes(n: u64) -> String {
     format!("{value:.1} {unit}")
 }
 
+/// Milliseconds with as many digits as they deserve.
+pub fn millis(ms: f64) -> String {
+    if ms >= 10_000.0 {
+        format!("{:.1} s", ms / 1000.0)
+    } else if ms >= 100.0 {
+        format!("{ms:.0} ms")
+    } else if ms >= 10.0 {
+        format!("{ms:.1} ms")
+    } else if ms >= 1.0 {
+        format!("{ms:.2} ms")
+    } else {
+        format!("{ms:.3} ms")
+    }
+}
+
 /// The last component of a path: `app.py` for `/srv/app/app.py`.
 pub fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)

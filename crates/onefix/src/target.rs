@@ -302,12 +302,29 @@ pub(crate) struct DrivenLoad {
 }
 
 impl DrivenLoad {
-    pub(crate) fn start(cfg: onefix_load::LoadConfig) -> DrivenLoad {
+    /// Before an open-loop load, its requests' latency with no queue is measured (a few sent one
+    /// at a time, before sampling starts): the floor the latency model of a server needs.
+    /// `probe_server`: the server's process, whose CPU time per request is read over those
+    /// requests; `None` measures nothing first (a memory recording has no use for it, and
+    /// would track the requests' allocations).
+    pub(crate) fn start(cfg: onefix_load::LoadConfig, probe_server: Option<u32>) -> DrivenLoad {
         let stop = LOAD_STOP.get_or_init(|| Arc::new(AtomicBool::new(false))).clone();
+        let unloaded = probe_server.filter(|_| cfg.rate.is_some()).and_then(|server| {
+            let cpu_before = process::cpu_seconds(server);
+            let mut unloaded = onefix_load::probe_unloaded(&cfg, stop.clone())?;
+            if let (Some(before), Some(after)) = (cpu_before, process::cpu_seconds(server)) {
+                // Fewer ticks than this are too coarse a count to split the latency with.
+                const MIN_TICKS_S: f64 = 0.1;
+                if after - before >= MIN_TICKS_S {
+                    unloaded.server_cpu_ms = Some((after - before) * 1e3 / unloaded.completed as f64);
+                }
+            }
+            Some(unloaded)
+        });
         let finished = Arc::new(AtomicBool::new(false));
         let (stop2, finished2) = (stop.clone(), finished.clone());
         let thread = std::thread::spawn(move || {
-            let result = onefix_load::run(&cfg, stop2, &mut |_| {});
+            let result = onefix_load::run(&cfg, stop2, &mut |_| {}).map(|r| onefix_load::LoadResult { unloaded, ..r });
             finished2.store(true, Ordering::Relaxed);
             result
         });

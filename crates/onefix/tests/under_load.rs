@@ -62,6 +62,15 @@ fn a_server_under_load_is_profiled_for_the_load_and_its_slow_line_named_then_com
     assert!((3.5..8.0).contains(&secs), "recorded {secs} s for a 4 s load");
     assert!(slow_load["completed"].as_u64().unwrap() > 0, "{slow_load:#}");
     assert!(slow_load["sent"].as_u64().unwrap() <= 40 * 4 + 1, "{slow_load:#}");
+    // Before the open-loop load, requests sent one at a time measured its floor, and the
+    // server's CPU time over them: the finding's gain is then the latency model's.
+    let unloaded = &slow_load["unloaded"];
+    assert!(unloaded["completed"].as_u64().unwrap() >= 5, "{slow_load:#}");
+    let floor = unloaded["latency_ms"]["mean"].as_f64().unwrap();
+    let cpu = unloaded["server_cpu_ms"].as_f64().unwrap();
+    assert!(floor > 0.0 && cpu > 0.0, "{unloaded:#}");
+    assert_eq!(top["gain_basis"], "latency-model", "{top:#}");
+    assert!(top["max_speedup"].as_f64().unwrap() > 1.0, "{top:#}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("the load, while the server was profiled"), "{stdout}");
 

@@ -296,7 +296,8 @@ impl Engine<'_> {
         let mut incomplete = 0u64;
         let mut parked_in_busy = 0u64;
         let mut outside_user = 0u64;
-        // Busy weight read holding the GIL: a Python process's one server.
+        // Weight read holding the GIL, wherever: a Python process's one server, busy whatever its
+        // holder runs (a thread back from reading a request holds it at the line it parks at).
         let mut gil_weight = 0u64;
         // Outside-user weight by stack: where the time went when none of it ran in user code.
         let mut outside_by_stack: HashMap<Option<StackId>, u64> = HashMap::new();
@@ -318,6 +319,9 @@ impl Engine<'_> {
             // Every sample the mode counts is in the total, as every writer counts it; one read
             // as running inside a call that waits is no CPU cost, and is left out as idle.
             total_weight += w;
+            if s.state.gil() {
+                gil_weight += w;
+            }
             if mode == Mode::Cpu && !running {
                 idle_weight += w;
                 idle_samples.insert(index);
@@ -363,9 +367,6 @@ impl Engine<'_> {
                 continue;
             }
             busy_timeline.push((s.time_us, w, if running { w } else { 0 }));
-            if s.state.gil() {
-                gil_weight += w;
-            }
             active_windows[window] = true;
             let Some(line) = facts.line else {
                 outside_user += w;
@@ -639,7 +640,7 @@ impl Engine<'_> {
             };
             if let Some(model) = latency::LatencyModel::from_load(load, work, spw, servers) {
                 for f in findings.iter_mut().filter(|f| f.gain_basis == GainBasis::BusyShare) {
-                    self.gain_in_latency(f, &model, busy_weight);
+                    self.gain_in_latency(f, &model, busy_weight, work);
                 }
             }
         }
@@ -817,28 +818,39 @@ fn excluded_code_with_most_time(
 impl Engine<'_> {
     /// A finding's gain in the mean latency of the load's requests, with its interval from
     /// the share's (Wilson's, over the busy samples).
-    fn gain_in_latency(&self, f: &mut Finding, model: &latency::LatencyModel, busy_weight: u64) {
-        // The part of the finding's time its thread ran, from its line: the rest was waiting
-        // (a reply, the disk), which shortens the request but builds no queue.
-        let running_part = self
+    fn gain_in_latency(&self, f: &mut Finding, model: &latency::LatencyModel, busy_weight: u64, work_weight: u64) {
+        // The parts of the finding's time its thread ran and waited (a reply, the disk), from
+        // its line. A wait shortens the request but builds no queue. Other threads' waits
+        // charged here (for the GIL, a lock) are neither: they are the queue this line's work
+        // builds, which the model shrinks itself, and counting them as work would remove more
+        // work per request than there is.
+        let (running_part, waiting_part) = self
             .line_index(&f.file, f.line, &f.function)
             .map(|l| &self.lines[l])
             .filter(|acc| acc.weight > 0)
-            .map_or(1.0, |acc| (acc.weight - acc.blocked) as f64 / acc.weight as f64);
+            .map_or((1.0, 0.0), |acc| {
+                let caused: u64 = acc.caused.values().sum();
+                let own_running = acc.weight.saturating_sub(acc.blocked).saturating_sub(caused);
+                (own_running as f64 / acc.weight as f64, acc.blocked as f64 / acc.weight as f64)
+            });
         let gain = |share: f64| {
-            let removed = model.per_request(share * busy_weight as f64);
-            model.speedup(removed * running_part, removed * (1.0 - running_part))
+            let weight = share * busy_weight as f64;
+            let fraction = (weight * running_part / work_weight.max(1) as f64).min(1.0);
+            model.speedup(fraction, model.per_request(weight * waiting_part))
         };
         let Some(bound) = gain(f.share) else { return };
         let (lo, hi) = crate::finding::wilson(f.share, busy_weight as f64);
         f.max_speedup = Some(bound);
         f.modelled_range = gain(lo).map(|l| (l.min(bound), gain(hi).map(|h| h.max(bound))));
         f.gain_basis = GainBasis::LatencyModel;
+        let (alone, cpu) = model.alone();
         f.why = format!(
-            "{}; under this load ({:.0} requests/s, the server's CPU {:.0}% busy) a request's latency is its work plus the queue that work builds, and both shrink with it",
+            "{}; under this load ({:.0} requests/s, the server {:.0}% busy) a request's latency is its work plus the queue that work builds, and both shrink with it (sent alone, a request took {}, {} of it the server's CPU)",
             f.why,
             model.rps(),
-            model.utilisation() * 100.0
+            model.utilisation() * 100.0,
+            onefix_model::fmt::millis(alone * 1e3),
+            onefix_model::fmt::millis(cpu * 1e3),
         );
     }
 }

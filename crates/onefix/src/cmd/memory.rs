@@ -134,7 +134,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             let _ = tracker.finish();
             bail!("cannot drive the load: {e}");
         }
-        driven = Some(DrivenLoad::start(cfg));
+        driven = Some(DrivenLoad::start(cfg, None));
     }
     let (exit, rss, peak) = follow(pid, args.duration, started, driven.as_ref().map(|d| &*d.finished), &mut || {
         if let Some(w) = writer.as_mut() {

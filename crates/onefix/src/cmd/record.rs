@@ -128,7 +128,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
                 ),
             }
         }
-        driven = Some(DrivenLoad::start(cfg));
+        driven = Some(DrivenLoad::start(cfg, Some(pid)));
     }
     // With a load, sampling lasts exactly as long as the load does.
     let stop = driven.as_ref().map_or(&INTERRUPTED, |d| &*d.finished);
