@@ -51,6 +51,8 @@ pub(crate) struct LatencyModel {
     variability: f64,
     /// Seconds per request of one unit of sampled weight.
     per_weight: f64,
+    /// The sample slots the utilisation was read over: how precisely it is known.
+    slots: f64,
 }
 
 impl LatencyModel {
@@ -78,7 +80,11 @@ impl LatencyModel {
         let servers = servers.max(1) as f64;
         let rho = work_weight as f64 * seconds_per_weight / (elapsed * servers);
         let model = LatencyModel::new(completed / elapsed, servers, rho, mean, stddev, alone)?;
-        Some(LatencyModel { per_weight: seconds_per_weight / completed, ..model })
+        Some(LatencyModel {
+            per_weight: seconds_per_weight / completed,
+            slots: elapsed * servers / seconds_per_weight,
+            ..model
+        })
     }
 
     /// `unloaded` and `stddev`: the latency of requests sent one at a time, and its spread;
@@ -101,6 +107,7 @@ impl LatencyModel {
             stretch: (held / alone).max(1.0),
             variability: cs * cs / 2.0,
             per_weight: 0.0,
+            slots: 0.0,
         })
     }
 
@@ -133,6 +140,21 @@ impl LatencyModel {
     /// Utilisation of the servers at the load's rate.
     pub(crate) fn utilisation(&self) -> f64 {
         self.rho
+    }
+
+    /// The model at the ends of the utilisation's 95% interval from sampling (Wilson's): the
+    /// queue grows steeply with it near saturation, so the gain's interval must carry it. `None`
+    /// at an end past saturation.
+    pub(crate) fn at_utilisation_bounds(&self) -> (Option<LatencyModel>, Option<LatencyModel>) {
+        if self.slots <= 0.0 {
+            return (Some(*self), Some(*self));
+        }
+        let (lo, hi) = crate::finding::wilson(self.rho, self.slots);
+        let at = |rho: f64| {
+            let m = LatencyModel::new(self.rps, self.servers, rho, self.rest + self.alone, 0.0, self.alone)?;
+            Some(LatencyModel { variability: self.variability, per_weight: self.per_weight, slots: self.slots, ..m })
+        };
+        (at(lo), at(hi))
     }
 
     /// A request's latency alone (no queue), and the server's CPU time in it, in seconds.
@@ -192,6 +214,12 @@ mod tests {
         let model = LatencyModel::from_load(open, 800, 0.01, 1).unwrap();
         assert!((model.utilisation() - 0.8).abs() < 1e-9, "{model:?}");
         assert!((model.rest - 0.001).abs() < 1e-9 && (model.stretch - 0.002 / 0.0015).abs() < 1e-9, "{model:?}");
+        // The utilisation read over 1,000 slots is known to a few points: the model at both ends.
+        let (lo, hi) = model.at_utilisation_bounds();
+        let (lo, hi) = (lo.unwrap(), hi.unwrap());
+        assert!(lo.rho < 0.78 && hi.rho > 0.82 && hi.rho < 0.85, "{lo:?} {hi:?}");
+        assert!(lo.speedup(0.5, 0.0).unwrap() < model.speedup(0.5, 0.0).unwrap());
+        assert!(hi.speedup(0.5, 0.0).unwrap() > model.speedup(0.5, 0.0).unwrap());
         let closed = br#"{"mode":"closed","completed":4000,"elapsed_s":10.0,"latency_ms":{"mean":3.0}}"#;
         assert!(LatencyModel::from_load(closed, 800, 0.01, 1).is_none());
         // An open loop whose floor was not measured (or whose server's CPU time was not read):

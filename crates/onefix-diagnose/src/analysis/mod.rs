@@ -833,15 +833,19 @@ impl Engine<'_> {
                 let own_running = acc.weight.saturating_sub(acc.blocked).saturating_sub(caused);
                 (own_running as f64 / acc.weight as f64, acc.blocked as f64 / acc.weight as f64)
             });
-        let gain = |share: f64| {
+        let gain = |model: &latency::LatencyModel, share: f64| {
             let weight = share * busy_weight as f64;
             let fraction = (weight * running_part / work_weight.max(1) as f64).min(1.0);
             model.speedup(fraction, model.per_request(weight * waiting_part))
         };
-        let Some(bound) = gain(f.share) else { return };
+        let Some(bound) = gain(model, f.share) else { return };
+        // The interval carries the sampling error of both the share and the utilisation.
         let (lo, hi) = crate::finding::wilson(f.share, busy_weight as f64);
+        let (least_busy, most_busy) = model.at_utilisation_bounds();
+        let low = least_busy.and_then(|m| gain(&m, lo)).unwrap_or(bound).min(bound);
+        let high = most_busy.and_then(|m| gain(&m, hi)).map(|h| h.max(bound));
         f.max_speedup = Some(bound);
-        f.modelled_range = gain(lo).map(|l| (l.min(bound), gain(hi).map(|h| h.max(bound))));
+        f.modelled_range = Some((low, high));
         f.gain_basis = GainBasis::LatencyModel;
         let (alone, cpu) = model.alone();
         f.why = format!(
