@@ -215,7 +215,13 @@ const PROBE_MIN_COMPLETED: u64 = 5;
 /// The latency of `cfg`'s requests when none queues: [`PROBE_REQUESTS`] of them sent one at a
 /// time on one connection, for at most [`PROBE_LIMIT`]. `None` when too few were answered (a
 /// server slower than that, or failing): the load goes on without it.
+///
+/// Only for safe methods (GET, HEAD, OPTIONS): requests that change the server's state (a POST
+/// that creates a record) are sent only as many times as the user asked.
 pub fn probe_unloaded(cfg: &LoadConfig, stop: Arc<AtomicBool>) -> Option<stats::Unloaded> {
+    if !["GET", "HEAD", "OPTIONS"].contains(&cfg.request.method.to_ascii_uppercase().as_str()) {
+        return None;
+    }
     let probe = LoadConfig {
         rate: None,
         duration: Some(PROBE_LIMIT),

@@ -421,6 +421,14 @@ fn the_unloaded_probe_sends_one_request_at_a_time_and_measures_their_latency() {
     // The server's CPU time is the caller's to read (it knows the server's process).
     assert_eq!(probe.server_cpu_ms, None);
 
+    // A request that may change the server's state is not sent more times than asked.
+    let mut post = config(&server.url("/"));
+    post.request.method = "POST".into();
+    post.rate = Some(100.0);
+    let before = server.requests.load(Ordering::Relaxed);
+    assert!(onefix_load::probe_unloaded(&post, Arc::new(AtomicBool::new(false))).is_none());
+    assert_eq!(server.requests.load(Ordering::Relaxed), before);
+
     // A server that fails every request gives no floor.
     let failing = support::hyper_server(false, Arc::new(|_, _| Box::pin(async { (500, "no") })));
     let mut cfg = config(&failing.url("/"));
