@@ -229,6 +229,8 @@ pub fn probe_unloaded(cfg: &LoadConfig, stop: Arc<AtomicBool>) -> Option<stats::
         connections: 1,
         streams: 1,
         threads: 1,
+        // A request slower than the whole probe would hold the load back until it answered.
+        timeout: cfg.timeout.min(PROBE_LIMIT),
         ..cfg.clone()
     };
     let result = run(&probe, stop, &mut |_| {}).ok()?;

@@ -429,6 +429,23 @@ fn the_unloaded_probe_sends_one_request_at_a_time_and_measures_their_latency() {
     assert!(onefix_load::probe_unloaded(&post, Arc::new(AtomicBool::new(false))).is_none());
     assert_eq!(server.requests.load(Ordering::Relaxed), before);
 
+    // A server slower than the probe's limit gives no floor, and does not hold the load back
+    // until it answers.
+    let slow = support::hyper_server(
+        false,
+        Arc::new(|_, _| {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_secs(4)).await;
+                (200, "late")
+            })
+        }),
+    );
+    let mut cfg = config(&slow.url("/"));
+    cfg.rate = Some(10.0);
+    let started = Instant::now();
+    assert!(onefix_load::probe_unloaded(&cfg, Arc::new(AtomicBool::new(false))).is_none());
+    assert!(started.elapsed() < Duration::from_secs(3), "the probe took {:?}", started.elapsed());
+
     // A server that fails every request gives no floor.
     let failing = support::hyper_server(false, Arc::new(|_, _| Box::pin(async { (500, "no") })));
     let mut cfg = config(&failing.url("/"));
