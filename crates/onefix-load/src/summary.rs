@@ -7,9 +7,7 @@ use crate::engine::Progress;
 use crate::stats::{LatencySummary, LoadResult};
 
 /// Milliseconds with as many digits as they deserve.
-pub fn fmt_ms(ms: f64) -> String {
-    onefix_model::fmt::millis(ms)
-}
+pub use onefix_model::fmt::millis as fmt_ms;
 
 pub fn fmt_rate(rps: f64) -> String {
     if rps >= 100.0 {

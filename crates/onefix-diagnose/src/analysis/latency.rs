@@ -90,25 +90,32 @@ impl LatencyModel {
     /// `unloaded` and `stddev`: the latency of requests sent one at a time, and its spread;
     /// `alone`: the server's CPU seconds per request then.
     fn new(rps: f64, servers: f64, rho: f64, unloaded: f64, stddev: f64, alone: f64) -> Option<LatencyModel> {
-        if !(rho > 0.0 && rho < SATURATED) {
-            return None;
-        }
         // The CPU time can exceed the latency when the server works after it answers (or in
         // threads beside the one that answers): the request then waits for no more than it.
         let alone = alone.min(unloaded);
-        let held = rho * servers / rps;
         let cs = stddev / unloaded;
-        Some(LatencyModel {
+        let model = LatencyModel {
             rps,
             servers,
-            rho,
+            rho: 0.0,
             rest: unloaded - alone,
             alone,
-            stretch: (held / alone).max(1.0),
+            stretch: 1.0,
             variability: cs * cs / 2.0,
             per_weight: 0.0,
             slots: 0.0,
-        })
+        };
+        model.at_utilisation(rho)
+    }
+
+    /// The same server at utilisation `rho`: the time a request holds a server, `ρ·c/λ`, and so
+    /// the stretch of its work, follow from it. `None` past saturation.
+    fn at_utilisation(&self, rho: f64) -> Option<LatencyModel> {
+        if !(rho > 0.0 && rho < SATURATED) || self.alone <= 0.0 {
+            return None;
+        }
+        let held = rho * self.servers / self.rps;
+        Some(LatencyModel { rho, stretch: (held / self.alone).max(1.0), ..*self })
     }
 
     /// The mean latency when a request's work is `keep` of what it is now.
@@ -150,11 +157,7 @@ impl LatencyModel {
             return (Some(*self), Some(*self));
         }
         let (lo, hi) = crate::finding::wilson(self.rho, self.slots);
-        let at = |rho: f64| {
-            let m = LatencyModel::new(self.rps, self.servers, rho, self.rest + self.alone, 0.0, self.alone)?;
-            Some(LatencyModel { variability: self.variability, per_weight: self.per_weight, slots: self.slots, ..m })
-        };
-        (at(lo), at(hi))
+        (self.at_utilisation(lo), self.at_utilisation(hi))
     }
 
     /// A request's latency alone (no queue), and the server's CPU time in it, in seconds.

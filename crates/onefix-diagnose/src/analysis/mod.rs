@@ -833,8 +833,8 @@ fn excluded_code_with_most_time(
 }
 
 impl Engine<'_> {
-    /// A finding's gain in the mean latency of the load's requests, with its interval from
-    /// the share's (Wilson's, over the busy samples).
+    /// A finding's gain in the mean latency of the load's requests, with its interval from the
+    /// sampling error of the share (Wilson's, over the busy samples) and of the utilisation.
     fn gain_in_latency(&self, f: &mut Finding, model: &latency::LatencyModel, busy_weight: u64, work_weight: u64) {
         // The parts of the finding's time its thread ran and waited (a reply, the disk), from
         // its line. A wait shortens the request but builds no queue. Other threads' waits
