@@ -359,3 +359,43 @@ fn the_tracker_under_load_names_the_retaining_line_and_compare_shows_the_memory_
     assert!(peak[0] > peak[1], "{c:#}");
     assert!(c["load"]["latency"]["mean_a"].is_number(), "the loads are compared too: {c:#}");
 }
+
+#[test]
+fn ctrl_c_before_any_answer_of_the_load_is_said_and_the_report_follows() {
+    // A server that takes 5 s per request: Ctrl-C (to onefix and the server, as a terminal
+    // sends it) comes before any answer. The load did not fail; the recording was cut short.
+    use std::os::unix::process::CommandExt;
+    let s = Scratch::new("under-load-ctrlc");
+    let server = s.path("slow_server.py");
+    std::fs::write(
+        &server,
+        "import sys, time\nfrom http.server import BaseHTTPRequestHandler, ThreadingHTTPServer\n\
+         class H(BaseHTTPRequestHandler):\n    def do_GET(self):\n        time.sleep(5)\n        \
+         self.send_response(200); self.end_headers()\n    def log_message(self, *a): pass\n\
+         threading_server = ThreadingHTTPServer(('127.0.0.1', int(sys.argv[1])), H)\n\
+         threading_server.timeout = 30\nthreading_server.serve_forever()\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let profiler = onefix()
+        .args(["record", "--no-save", "--load"])
+        .arg(format!("http://127.0.0.1:{port}/ --rate 20 --duration 10s -c 2 --threads 1"))
+        .args(["--", "python3"])
+        .arg(&server)
+        .arg(port.to_string())
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Past the server's start and the unloaded probe (its one request times out at 1 s).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // SAFETY: signalling the process group our own child leads.
+    unsafe { libc::killpg(profiler.id() as i32, libc::SIGINT) };
+    let out = profiler.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("interrupted before the server answered any of the load's requests"), "{err}");
+    assert!(!err.contains("every request of the load failed"), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("slow_server.py"), "the report follows");
+}

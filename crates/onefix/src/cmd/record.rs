@@ -195,10 +195,21 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         None => None,
     };
     // A load whose every response was an error profiled the server's error path, not the work:
-    // said first, and the run fails.
-    let load_failed = load_result
-        .as_ref()
-        .is_some_and(|r| r.completed == 0 || !r.status_codes.keys().any(|code| code.starts_with(['1', '2', '3'])));
+    // said first, and the run fails. Interrupted (Ctrl-C) before any answer came back, it did
+    // not fail (a terminal's Ctrl-C also ends the server, so its requests end in errors): that
+    // is said instead, and the report follows as usual.
+    let cut_before_any_answer =
+        load_result.as_ref().is_some_and(|r| INTERRUPTED.load(Ordering::Relaxed) && r.status_codes.is_empty());
+    if let (true, Some(r)) = (cut_before_any_answer, &load_result) {
+        crate::messages::say(format_args!(
+            "the recording was interrupted before the server answered any of the load's requests ({} sent): the findings are of the server's time until then",
+            r.sent
+        ));
+    }
+    let load_failed = !cut_before_any_answer
+        && load_result
+            .as_ref()
+            .is_some_and(|r| r.completed == 0 || !r.status_codes.keys().any(|code| code.starts_with(['1', '2', '3'])));
     if let (true, Some(r)) = (load_failed, &load_result) {
         let codes: Vec<String> = r.status_codes.iter().map(|(code, n)| format!("{n} x {code}")).collect();
         let got = if codes.is_empty() { "no response".to_owned() } else { codes.join(", ") };
