@@ -39,6 +39,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("holds-gil", &["why", "fix", "waits_percent"]),
     ("repeated-walk", &["walk_at", "walk_code", "function", "part"]),
     ("loop-iteration", &["loop_at", "lines", "parts"]),
+    ("object-per-call", &["class", "entries", "lines", "top"]),
     ("rescan-growing", &["var", "grow_at"]),
     ("recursion-rescan", &["function", "depth"]),
     ("search-from-advancing-position", &["call", "text", "var", "loop_at"]),

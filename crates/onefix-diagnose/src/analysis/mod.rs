@@ -17,6 +17,7 @@ use crate::{Diagnosis, Evidence, Finding, GainBasis, HotLine, Kind, Note};
 mod bound;
 mod carry;
 mod charge;
+mod construct;
 mod critical;
 mod explain;
 mod facts;
@@ -637,6 +638,7 @@ impl Engine<'_> {
             }
             self.find_growth(&mut findings, busy_thirds);
             self.fold_walks(&mut findings, &share, &part_gain);
+            self.fold_constructions(&mut findings, &share, &part_gain, mode);
         }
         merge_within_functions(&mut findings, |rule| self.kb.entries.iter().any(|e| e.spec.id == rule));
         self.merge_consequences(&mut findings);

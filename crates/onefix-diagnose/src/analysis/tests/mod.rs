@@ -479,6 +479,7 @@ fn write_app(tag: &str, source: &str) -> (std::path::PathBuf, String) {
     (dir, app_s)
 }
 
+mod construct;
 mod patterns;
 mod rules;
 mod waits;

@@ -1,0 +1,305 @@
+//! An object built again on every call: a line that constructs an instance of a class whose
+//! construction is a large part of the run, spread over many cheap lines of the class's code,
+//! and which runs again and again. Line by line, the cost is a dozen findings of a few percent
+//! each (a file read here, a struct unpacked there, an exception built and caught), and the
+//! heaviest of them is named; the fix is at the line that builds the object: build it once, or
+//! cache it by its arguments (python-dateutil's `tzfile(filepath)` in `gettz`, tomlkit's
+//! `OutOfOrderTableProxy(...)` built "to check for errors" after every append).
+//!
+//! Only a construction the samples see entered again and again is named: a program that builds
+//! its one application object and runs inside its constructor is not told to build it once.
+
+use std::collections::HashSet;
+
+use super::*;
+
+/// A construction is a finding when it holds at least this share of the busy time...
+const MIN_SHARE: f64 = 0.2;
+/// ...no single line under it holds this part of it (one such line is the finding itself)...
+const SPREAD: f64 = 0.5;
+/// ...no finding of a specific kind (a regex, a copy, a connection) holds this part of it (that
+/// finding already says what the construction does that costs)...
+const EXPLAINED_BY_ONE: f64 = 0.25;
+/// ...and its thread entered it at least this many separate times between samples.
+const MIN_ENTRIES: u64 = 4;
+/// A finding whose line's weight is at least this part under the construction is part of it.
+const FOLDED: f64 = 0.5;
+/// Functions named in a construction's evidence.
+const EVIDENCE_FUNCTIONS: usize = 5;
+
+/// One line that constructs objects, with what its constructions cost.
+#[derive(Default)]
+struct Construction {
+    class: String,
+    weight: u64,
+    /// Line accumulators under the construction, with their weight under it.
+    lines: HashMap<usize, u64>,
+    /// Functions run by the construction (the constructor included), with their weight and
+    /// their heaviest frame: where its time goes.
+    functions: HashMap<(String, String), (u64, FrameId)>,
+}
+
+impl Engine<'_> {
+    /// The user lines in a stack that call a Python class's constructor (`__init__` beneath
+    /// them), outermost occurrence first, each with the depth (leaf first) of its `__init__`.
+    fn constructions_in(&mut self, stack: StackId) -> Vec<(FrameId, usize)> {
+        let leaf_first: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(stack)).collect();
+        let mut found: Vec<(FrameId, usize)> = Vec::new();
+        for i in (1..leaf_first.len()).rev() {
+            let (callee, caller) = (self.profile.frame(leaf_first[i - 1]), self.profile.frame(leaf_first[i]));
+            if callee.kind != FrameKind::Python || caller.kind != FrameKind::Python || !is_constructor(&callee.function)
+            {
+                continue;
+            }
+            // `super().__init__(...)` continues a construction already counted above it.
+            if is_constructor(&caller.function) && caller.file == callee.file {
+                continue;
+            }
+            if self.frame(leaf_first[i]).origin != Origin::User {
+                continue;
+            }
+            if !found.iter().any(|&(f, _)| f == leaf_first[i]) {
+                found.push((leaf_first[i], i - 1));
+            }
+        }
+        found
+    }
+
+    /// Names the line that builds an object on every call when the object's construction is
+    /// the cost, spread over its class's lines; folds the findings inside it into it.
+    pub(super) fn fold_constructions(
+        &mut self,
+        findings: &mut Vec<Finding>,
+        share: &dyn Fn(u64) -> f64,
+        gain: &walk::Gain,
+        mode: Mode,
+    ) {
+        let mut by_stack: HashMap<StackId, Vec<(FrameId, usize)>> = HashMap::new();
+        let mut constructions: HashMap<FrameId, Construction> = HashMap::new();
+        for l in 0..self.lines.len() {
+            let stacks: Vec<(StackId, u64)> = self.lines[l].by_stack.iter().map(|(&(s, _), &w)| (s, w)).collect();
+            for (stack, w) in stacks {
+                let found = match by_stack.get(&stack) {
+                    Some(f) => f.clone(),
+                    None => {
+                        let f = self.constructions_in(stack);
+                        by_stack.insert(stack, f.clone());
+                        f
+                    }
+                };
+                if found.is_empty() {
+                    continue;
+                }
+                let leaf_first: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(stack)).collect();
+                for (at, init_depth) in found {
+                    let c = constructions.entry(at).or_default();
+                    if c.class.is_empty() {
+                        c.class = class_of(&self.profile.frame(leaf_first[init_depth]).function);
+                    }
+                    c.weight += w;
+                    *c.lines.entry(l).or_default() += w;
+                    let mut seen: HashSet<(&str, &str)> = HashSet::new();
+                    for &f in &leaf_first[..=init_depth] {
+                        let frame = self.profile.frame(f);
+                        if frame.kind != FrameKind::Python || !seen.insert((&frame.file, &frame.function)) {
+                            continue;
+                        }
+                        let e = c.functions.entry((frame.file.clone(), frame.function.clone())).or_insert((0, f));
+                        e.0 += w;
+                    }
+                }
+            }
+        }
+        let mut candidates: Vec<(FrameId, Construction)> = constructions
+            .into_iter()
+            .filter(|(_, c)| share(c.weight) >= MIN_SHARE && c.weight >= MIN_FINDING_WEIGHT)
+            .filter(|(_, c)| c.lines.values().all(|&w| (w as f64) < SPREAD * c.weight as f64))
+            .collect();
+        // The heaviest first: a construction inside a named one is part of it.
+        candidates.sort_by(|a, b| b.1.weight.cmp(&a.1.weight).then(a.0.cmp(&b.0)));
+        let b = crate::builtin::Builtins::get();
+        let mut named: Vec<HashMap<usize, u64>> = Vec::new();
+        for (at, c) in candidates {
+            // Two constructions that call each other (a proxy whose constructor appends, which
+            // builds a proxy) are one cost: the heavier one is named.
+            let shared = |lines: &HashMap<usize, u64>| -> u64 {
+                c.lines.iter().map(|(l, &w)| w.min(lines.get(l).copied().unwrap_or(0))).sum()
+            };
+            if named.iter().any(|lines| shared(lines) as f64 >= FOLDED * c.weight as f64) {
+                continue;
+            }
+            let caller = self.profile.frame(at).clone();
+            // Findings inside it: generic ones fold into it, and so does one at the line that
+            // builds it (what part of the construction it saw); a specific one holding a good
+            // part of it already says what the construction does that costs.
+            let mut inside: Vec<usize> = Vec::new();
+            let mut explained = false;
+            for (i, f) in findings.iter().enumerate() {
+                if f.file == caller.file && f.line == caller.line {
+                    inside.push(i);
+                    continue;
+                }
+                // A finding at a loop's header weighs what its loop's lines do: its function's
+                // weight under the construction says whether it is part of it.
+                let under = match self.line_index(&f.file, f.line, &f.function) {
+                    Some(l) if self.lines[l].weight > 0 => {
+                        let under = c.lines.get(&l).copied().unwrap_or(0);
+                        (under as f64 >= FOLDED * self.lines[l].weight as f64).then_some(under)
+                    }
+                    _ => c
+                        .functions
+                        .get(&(f.file.clone(), f.function.clone()))
+                        .filter(|&&(w, _)| share(w) >= FOLDED * f.share)
+                        .map(|&(w, _)| w),
+                };
+                let Some(under) = under else { continue };
+                if matches!(f.kind, Kind::HotCall | Kind::HotLoopCompute) {
+                    inside.push(i);
+                } else if under as f64 >= EXPLAINED_BY_ONE * c.weight as f64 {
+                    explained = true;
+                }
+            }
+            if explained {
+                continue;
+            }
+            let entries = self.entries(at, &mut by_stack, mode);
+            if entries < MIN_ENTRIES {
+                continue;
+            }
+            let Some(code) = self.code(&caller.file, caller.line) else { continue };
+            if code.contains("__init__(") {
+                continue;
+            }
+            let class = if c.class.is_empty() { called_name(&code).unwrap_or_default() } else { c.class.clone() };
+            let top = c.lines.values().copied().max().unwrap_or(0);
+            let values = [
+                ("class", class),
+                ("entries", entries.to_string()),
+                ("lines", c.lines.len().to_string()),
+                ("top", format!("{:.0}", share(top) * 100.0)),
+            ];
+            let mut functions: Vec<_> = c.functions.iter().collect();
+            functions.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+            let evidence: Vec<Evidence> = functions
+                .into_iter()
+                .take(EVIDENCE_FUNCTIONS)
+                .map(|((file, function), &(w, f))| Evidence {
+                    frame: function.clone(),
+                    file: file.clone(),
+                    line: self.profile.frame(f).line,
+                    share: share(w),
+                })
+                .collect();
+            let mut evidence = evidence;
+            for &i in &inside {
+                let f = &findings[i];
+                if f.file == caller.file && f.line == caller.line {
+                    join_evidence(&mut evidence, f.evidence.iter().cloned());
+                }
+            }
+            evidence.truncate(MAX_EVIDENCE);
+            let lines: Vec<usize> = c.lines.keys().copied().collect();
+            let total: u64 = lines.iter().map(|&l| self.lines[l].weight).sum();
+            let first = lines.iter().map(|&l| self.lines[l].first_us).min().unwrap_or(0);
+            let last = lines.iter().map(|&l| self.lines[l].last_us).max().unwrap_or(0);
+            let part = c.weight as f64 / total.max(1) as f64;
+            let heaviest = inside.iter().map(|&i| &findings[i]).max_by(|a, b| a.share.total_cmp(&b.share));
+            let id = "object-per-call";
+            let finding = Finding {
+                rank: 0,
+                kind: b.kind(id),
+                file: caller.file.clone(),
+                line: caller.line,
+                function: caller.function.clone(),
+                code: Some(code),
+                share: share(c.weight),
+                max_speedup: gain(&lines, (first, last), c.weight, part),
+                bound_weight: heaviest.map_or(0, |f| f.bound_weight),
+                title: String::new(),
+                advice: b.fix(id, &values),
+                why: b.why(id, &values),
+                evidence,
+                recurrence: heaviest.and_then(|f| f.recurrence),
+                rule: id.to_owned(),
+                explained: 1.0,
+                enclosing_loop: None,
+                gain_basis: heaviest.map_or(GainBasis::BusyShare, |f| f.gain_basis),
+                what: b.what(id, &values),
+                no_bound: None,
+                modelled_range: None,
+            };
+            for i in inside.into_iter().rev() {
+                findings.remove(i);
+            }
+            findings.push(finding);
+            named.push(c.lines);
+        }
+    }
+
+    /// How many separate times the threads entered the construction at `at`: runs of samples
+    /// under it, per thread in time order. A lower bound: two calls a sample apart are one run.
+    fn entries(&mut self, at: FrameId, by_stack: &mut HashMap<StackId, Vec<(FrameId, usize)>>, mode: Mode) -> u64 {
+        let profile = self.profile;
+        let mut order: Vec<&Sample> = profile.samples.iter().filter(|s| mode.counts(s.state)).collect();
+        order.sort_by_key(|s| (s.thread, s.time_us));
+        let (mut entries, mut previous) = (0u64, None::<(ThreadId, bool)>);
+        for s in order {
+            let inside = match s.stack {
+                Some(stack) => {
+                    if let std::collections::hash_map::Entry::Vacant(e) = by_stack.entry(stack) {
+                        e.insert(self.constructions_in(stack));
+                    }
+                    by_stack[&stack].iter().any(|&(f, _)| f == at)
+                }
+                None => false,
+            };
+            let was_inside = previous.is_some_and(|(t, i)| t == s.thread && i);
+            if inside && !was_inside {
+                entries += 1;
+            }
+            previous = Some((s.thread, inside));
+        }
+        entries
+    }
+}
+
+/// A Python constructor's function name, bare or qualified (`__init__`, `tzfile.__init__`).
+fn is_constructor(function: &str) -> bool {
+    function == "__init__" || function.ends_with(".__init__")
+}
+
+/// The class of a qualified constructor (`tzfile.__init__` gives `tzfile`); empty when bare.
+fn class_of(function: &str) -> String {
+    function.strip_suffix(".__init__").map(|c| c.rsplit('.').next().unwrap_or(c).to_owned()).unwrap_or_default()
+}
+
+/// The name a line of code calls first: `tz = tzfile(filepath)` gives `tzfile`.
+fn called_name(code: &str) -> Option<String> {
+    let at = code.find('(')?;
+    let name: String = code[..at]
+        .chars()
+        .rev()
+        .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '.')
+        .collect::<Vec<char>>()
+        .into_iter()
+        .rev()
+        .collect();
+    let name = name.rsplit('.').next().unwrap_or(&name).to_owned();
+    (!name.is_empty()).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_constructor_and_the_class_it_builds_are_read_from_names_and_code() {
+        assert!(is_constructor("__init__") && is_constructor("tzfile.__init__"));
+        assert!(!is_constructor("__init__helper") && !is_constructor("init"));
+        assert_eq!(class_of("tz.tzfile.__init__"), "tzfile");
+        assert_eq!(class_of("__init__"), "");
+        assert_eq!(called_name("        tz = tzfile(filepath)").as_deref(), Some("tzfile"));
+        assert_eq!(called_name("return proxy.OutOfOrderTableProxy(self, t)").as_deref(), Some("OutOfOrderTableProxy"));
+        assert_eq!(called_name("x = 1"), None);
+    }
+}

@@ -1,0 +1,66 @@
+//! An object built again on every call, its construction spread over its class's lines
+//! (construct.rs): named at the line that builds it, and only when the samples saw it built
+//! again and again.
+
+use super::*;
+
+const ZONES: &str = "import struct\n\nclass Zone:\n    def __init__(self, path):\n        with open(path, 'rb') as f:\n            data = f.read()\n        self.count = struct.unpack('>l', data[:4])\n        self.items = [x for x in data]\n        self.names = data.split(b'\\0')\n        self.index = {n: i for i, n in enumerate(self.names)}\n        self.total = sum(self.items)\n\ndef zone_for(name):\n    path = '/zones/' + name\n    zone = Zone(path)\n    return zone.total\n\ndef render(events):\n    for e in events:\n        print(zone_for(e), e)\n\nrender(EVENTS)\n";
+
+/// 400 samples: `constructing(i)` says whether sample `i` is inside `Zone(path)` (line 15),
+/// whose time goes round the constructor's lines 5 to 11; `heavy_line` puts every other sample
+/// of it at line 7 instead. Outside it, the caller's other lines run.
+fn zones(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool) -> Diagnosis {
+    let (dir, app) = write_app(tag, ZONES);
+    let mut b = Builder::new();
+    for i in 0..400u64 {
+        let mut stack: Vec<(&str, &str, u32)> = vec![("<module>", &app, 22), ("render", &app, 20)];
+        if constructing(i) {
+            let line = if heavy_line && i % 2 == 0 { 7 } else { 5 + (i % 7) as u32 };
+            stack.push(("zone_for", &app, 15));
+            stack.push(("Zone.__init__", &app, line));
+        } else if i % 2 == 0 {
+            stack.push(("zone_for", &app, 14));
+        }
+        b.add(1, i * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    d
+}
+
+#[test]
+fn an_object_built_on_every_call_is_named_where_it_is_built() {
+    // Seven samples in ten inside the construction, entered 40 times.
+    let d = zones("object-per-call", |i| i % 10 < 7, false);
+    let f = &d.findings[0];
+    assert_eq!(
+        (f.line, f.kind.as_str(), f.rule.as_str()),
+        (15, "repeated-setup", "object-per-call"),
+        "{:#?}",
+        d.findings
+    );
+    assert!((f.share - 0.7).abs() < 0.02, "{f:?}");
+    assert!(f.title.starts_with("Building a new Zone on every call takes 70%"), "{}", f.title);
+    assert!(f.why.contains("at least 40 separate times") && f.why.contains("7 lines"), "{}", f.why);
+    assert!(f.advice.contains("build the Zone once"), "{}", f.advice);
+    assert_eq!(f.evidence[0].frame, "Zone.__init__", "{:?}", f.evidence);
+    // About 1 / (1 - 0.7).
+    let bound = f.max_speedup.unwrap();
+    assert!((bound - 3.33).abs() < 0.3, "{bound}");
+    assert!(
+        !d.findings.iter().any(|g| (5..=11).contains(&g.line)),
+        "the constructor's lines are part of it: {:#?}",
+        d.findings
+    );
+}
+
+#[test]
+fn a_construction_entered_once_or_with_one_heavy_line_is_not_an_object_per_call() {
+    // The same share in one stretch: one long construction, which building once does not save.
+    let once = zones("object-once", |i| i < 280, false);
+    assert!(!once.findings.iter().any(|f| f.rule == "object-per-call"), "{:#?}", once.findings);
+    // Half of it at one line: that line is the finding, not the construction.
+    let heavy = zones("object-heavy-line", |i| i % 10 < 7, true);
+    assert!(!heavy.findings.iter().any(|f| f.rule == "object-per-call"), "{:#?}", heavy.findings);
+    assert_eq!(heavy.findings[0].line, 7, "{:#?}", heavy.findings);
+}
