@@ -15,6 +15,17 @@ pub const MEMORY: &str = "memory";
 /// The result of the load that drove the target (`record --load`), as onefix-load writes it.
 pub const LOAD: &str = "load";
 
+/// How long a program onefix started ran before the recording's time zero ([`ProgramStart`]).
+pub const PROGRAM_START: &str = "program-start";
+
+/// A program onefix started: the time from starting it to the recording's time zero (the
+/// interpreter's start-up, and the sampler finding and attaching to it), which no sample
+/// covers. A user timing the program waits for it, and a fix leaves it to pay.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProgramStart {
+    pub unsampled_us: u64,
+}
+
 /// Where a profile recorded by another tool came from ([`ImportedFrom`]).
 pub const IMPORTED: &str = "imported";
 
@@ -125,6 +136,11 @@ impl Profile {
     /// The machine the recording was made on; `None` for recordings made before it was kept.
     pub fn machine(&self) -> Option<Machine> {
         self.attachment(MACHINE)
+    }
+
+    /// What ran of a program onefix started before its first sample, when it was kept.
+    pub fn program_start(&self) -> Option<ProgramStart> {
+        self.attachment(PROGRAM_START)
     }
 
     /// The wake-ups that ended a native recording's blocked intervals, when the kernel gave them.

@@ -257,6 +257,18 @@ impl Summary<'_> {
                     f.share * 100.0
                 ));
             }
+            // A program onefix started ran its start-up before the first sample: the bound
+            // counts it as what stays, so it is less than the headline share gives.
+            if let Some(start) = self
+                .profile
+                .program_start()
+                .filter(|_| f.gain_basis == onefix_diagnose::GainBasis::BusyShare && bound < 0.9 * whole_run_bound)
+            {
+                gain.push_str(&format!(
+                    " (the program's start-up, {:.2} s before the first sample, stays)",
+                    start.unsampled_us as f64 / 1e6
+                ));
+            }
             // Near a share of 1 the bound rests on the few samples outside the line: say how
             // far sampling alone could move it when that is more than a tenth.
             match f.speedup_range() {

@@ -57,6 +57,10 @@ pub(crate) struct StartedTarget {
     pub(crate) sampler: TargetSampler,
     pub(crate) pid: u32,
     pub(crate) spawned: bool,
+    /// When a Python program onefix started was started: the sampler attaches to it only once
+    /// its interpreter is up, so its start-up is before the recording's time zero. (A native
+    /// program is held before its exec until sampling starts.)
+    pub(crate) started_at: Option<Instant>,
     pub(crate) language: Language,
     pub(crate) runtime_version: Option<String>,
     /// Microseconds one unit of weight stands for.
@@ -220,6 +224,7 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
             sampler: TargetSampler::Native { sampler, spawned },
             pid,
             spawned,
+            started_at: None,
             language: Language::Native,
             runtime_version: None,
             interval_us,
@@ -237,6 +242,7 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
         _ => None,
     };
     let mut child: Option<KeptChild> = None;
+    let mut started_at = None;
     let pid = match args.pid {
         Some(pid) => pid,
         None => {
@@ -254,6 +260,7 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
                 _ => anyhow::anyhow!("cannot start {}: {e}", args.command[0]),
             })?;
             let pid = c.id();
+            started_at = Some(Instant::now());
             child = Some(c);
             if let Some(channel) = &asyncio_channel {
                 watch_temporary_dirs(pid, &[channel.dir()]);
@@ -272,6 +279,7 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
     let runtime_version = Some(sampler.version.clone());
     Ok(StartedTarget {
         spawned: child.is_some(),
+        started_at,
         sampler: TargetSampler::Python { sampler, child },
         pid,
         language: Language::Python,

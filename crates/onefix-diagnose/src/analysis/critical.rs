@@ -358,7 +358,9 @@ impl Engine<'_> {
             .collect();
         Some(CriticalPath {
             source_of,
-            length_us: end_us.saturating_sub(start_us).saturating_sub(gaps_us),
+            // The program's start-up before the first sample is on the path: its main thread
+            // ran it, and every fix leaves it.
+            length_us: end_us.saturating_sub(start_us).saturating_sub(gaps_us) + self.unsampled_head() * interval_us,
             on_path,
             own,
             gil: gil.into_values().collect(),

@@ -497,6 +497,7 @@ impl Engine<'_> {
             None
         };
 
+        let head = self.unsampled_head();
         let share = |w: u64| if busy_weight == 0 { 0.0 } else { w as f64 / busy_weight as f64 };
         let mut order: Vec<usize> = (0..self.lines.len()).filter(|&l| self.lines[l].weight > 0).collect();
         order.sort_by(|&a, &b| {
@@ -571,7 +572,13 @@ impl Engine<'_> {
                 continue;
             }
             let stretch = match whole_run {
-                Some((first, last)) => busy_between(first, last),
+                Some((first, last)) => {
+                    // The program's start-up before the first sample ran on a CPU and is
+                    // waited for: it stays after any fix.
+                    let s = busy_between(first, last);
+                    let spw = profile.seconds_per_weight().unwrap_or(0.0);
+                    Stretch { busy: s.busy + head, running: s.running + head, seconds: s.seconds + head as f64 * spw }
+                }
                 None => busy_between(self.lines[l].first_us, self.lines[l].last_us),
             };
             let mut finding = self.explain(l, recurrence, &stretch, &share, opts, path.as_ref());
@@ -625,8 +632,8 @@ impl Engine<'_> {
         let part_gain = |lines: &[usize], (first, last): (u64, u64), removed: u64, part: f64| match path.as_ref() {
             Some(p) => p.speedup(lines).and_then(|full| speedup((1.0 - 1.0 / full) * part)),
             None => {
-                let (first, last) = whole_run.unwrap_or((first, last));
-                speedup(removed as f64 / busy_between(first, last).busy.max(1) as f64)
+                let (first, last, head) = whole_run.map_or((first, last, 0), |(f, l)| (f, l, head));
+                speedup(removed as f64 / (busy_between(first, last).busy + head).max(1) as f64)
             }
         };
         if !mostly_waiting && !too_few {

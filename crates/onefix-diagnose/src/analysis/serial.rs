@@ -91,7 +91,18 @@ impl Engine<'_> {
         let interval_us = interval_us.max(1);
         let first = profile.samples.iter().map(|s| s.time_us).min()?;
         let end = profile.samples.iter().map(|s| s.time_us + s.weight as u64 * interval_us).max()?;
-        Some((end - first).div_ceil(interval_us))
+        Some((end - first).div_ceil(interval_us) + self.unsampled_head())
+    }
+
+    /// What ran of a program onefix started before its first sample (its interpreter's
+    /// start-up), in weight units, when the run went to its end: part of what its user waits
+    /// for, and part of what a fix leaves. Before it was kept, and for a run cut short, 0.
+    pub(super) fn unsampled_head(&self) -> u64 {
+        let profile = self.profile;
+        let WeightUnit::Samples { interval_us } = profile.meta.weight_unit else { return 0 };
+        let Some(start) = profile.program_start().filter(|_| self.batch_run()) else { return 0 };
+        let first = profile.samples.iter().map(|s| s.time_us).min().unwrap_or(0);
+        (start.unsampled_us + first) / interval_us.max(1)
     }
 
     /// The waits at line `l` split into calls, when the recording says where one call ends and

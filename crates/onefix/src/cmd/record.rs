@@ -59,7 +59,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         ),
         _ => e,
     })?;
-    let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
+    let StartedTarget { mut sampler, pid, spawned, started_at, language, runtime_version, interval_us, tick_hz } =
+        started_target;
 
     let cwd = process::cwd(pid);
     // A native child is held before its exec here: name it by its command, not /proc.
@@ -133,6 +134,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     // With a load, sampling lasts exactly as long as the load does.
     let stop = driven.as_ref().map_or(&INTERRUPTED, |d| &*d.finished);
     let started = Instant::now();
+    // What ran of a program we started before sampling began: its user waits for it too.
+    if let Some(at) = started_at.filter(|_| driven.is_none()) {
+        let start = attachments::ProgramStart { unsampled_us: started.duration_since(at).as_micros() as u64 };
+        let json = profile.attach(attachments::PROGRAM_START, &start);
+        writer
+            .write_attachment(attachments::PROGRAM_START, &json)
+            .with_context(|| format!("cannot write the recording to {shown}"))?;
+    }
     // On a terminal, a sampler wrapper follows what each tick adds for the progress line.
     let watch = progress.then(|| {
         let user = outputs::user_code(&profile, &args.outputs);

@@ -53,7 +53,8 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         output
     });
     let started_target = started_target?;
-    let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz } = started_target;
+    let StartedTarget { mut sampler, pid, spawned, language, runtime_version, interval_us, tick_hz, .. } =
+        started_target;
 
     let cwd = process::cwd(pid);
     let argv = if spawned { Some(args.command.clone()) } else { process::cmdline(pid) };

@@ -580,3 +580,34 @@ fn an_open_loop_load_says_whether_the_server_kept_up_and_what_a_gain_means_there
     );
     assert_eq!(with_load("not json"), None);
 }
+
+/// A program onefix started ran its interpreter's start-up before the first sample: a user
+/// timing it waits for that too, and a fix leaves it. 180 of 200 sampled ticks at one line
+/// bound the gain at 10x over the samples; 20 ticks of start-up before them bring it to
+/// 220 / 40 = 5.5x.
+#[test]
+fn a_started_programs_unsampled_start_up_stays_after_the_fix() {
+    let record = |unsampled_us: Option<u64>| {
+        let mut b = Builder::new();
+        b.p.meta.exit = Some(onefix_model::TargetExit::Code(0));
+        b.p.meta.target.pid = 1;
+        for tick in 0..200u64 {
+            let line = if tick % 10 == 9 { 5 } else { 4 };
+            b.add(1, tick * 10, true, &[("<module>", "/app/job.py", 9), ("work", "/app/job.py", line)]);
+        }
+        if let Some(unsampled_us) = unsampled_us {
+            b.p.attach(
+                onefix_model::attachments::PROGRAM_START,
+                &onefix_model::attachments::ProgramStart { unsampled_us },
+            );
+        }
+        let d = b.diagnose("/app");
+        (d.findings[0].line, d.findings[0].share, d.findings[0].max_speedup.unwrap())
+    };
+    let (line, share, bound) = record(None);
+    assert_eq!(line, 4);
+    assert!((share - 0.9).abs() < 1e-9 && (bound - 10.0).abs() < 0.01, "{share} {bound}");
+    // The share is of the samples; only the bound counts the start-up.
+    let (_, share, bound) = record(Some(200_000));
+    assert!((share - 0.9).abs() < 1e-9 && (bound - 5.5).abs() < 0.01, "{share} {bound}");
+}
