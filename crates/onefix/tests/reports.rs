@@ -95,7 +95,11 @@ fn pprof_agrees_with_the_summary(s: &Scratch, report: &Value) {
     let location =
         |h: &Value| format!("{} {}:{}", h["function"].as_str().unwrap(), h["file"].as_str().unwrap(), h["line"]);
     assert_eq!(by_line[0].name, location(&hot_lines[0]), "{by_line:#?}\n{report:#}");
-    for hot in hot_lines {
+    // The lines of 1% or more. A read that came back empty (the target changed its stack
+    // while it was read) is charged by the diagnosis to the line its thread was in just before
+    // and after it, and is in the pprof file as the empty read it was: a line of a sample or
+    // two can owe all its weight to such reads.
+    for hot in hot_lines.iter().filter(|h| h["weight"].as_f64().unwrap() >= 0.01 * total) {
         let row = by_line
             .iter()
             .find(|r| r.name == location(hot))

@@ -24,6 +24,9 @@ const EXPLAINED_BY_ONE: f64 = 0.25;
 const MIN_ENTRIES: u64 = 4;
 /// A finding whose line's weight is at least this part under the construction is part of it.
 const FOLDED: f64 = 0.5;
+/// Constructions of the same class this deep in the stacks under one, on average, build
+/// others inside them.
+const NESTED: f64 = 1.5;
 /// Functions named in a construction's evidence.
 const EVIDENCE_FUNCTIONS: usize = 5;
 
@@ -32,6 +35,9 @@ const EVIDENCE_FUNCTIONS: usize = 5;
 struct Construction {
     class: String,
     weight: u64,
+    /// Constructions of the same class nested in the stacks under it, weighted: more than one
+    /// when each construction builds another.
+    nested: u64,
     /// Line accumulators under the construction, with their weight under it.
     lines: HashMap<usize, u64>,
     /// Functions run by the construction (the constructor included), with their weight and
@@ -97,6 +103,15 @@ impl Engine<'_> {
                         c.class = class_of(&self.profile.frame(leaf_first[init_depth]).function);
                     }
                     c.weight += w;
+                    let init = self.profile.frame(leaf_first[init_depth]);
+                    let nested = leaf_first
+                        .iter()
+                        .filter(|&&f| {
+                            let f = self.profile.frame(f);
+                            f.function == init.function && f.file == init.file
+                        })
+                        .count() as u64;
+                    c.nested += nested * w;
                     *c.lines.entry(l).or_default() += w;
                     let mut seen: HashSet<(&str, &str)> = HashSet::new();
                     for &f in &leaf_first[..=init_depth] {
@@ -172,12 +187,17 @@ impl Engine<'_> {
             }
             let class = if c.class.is_empty() { called_name(&code).unwrap_or_default() } else { c.class.clone() };
             let top = c.lines.values().copied().max().unwrap_or(0);
+            let depth = c.nested as f64 / c.weight.max(1) as f64;
             let values = [
                 ("class", class),
                 ("entries", entries.to_string()),
                 ("lines", c.lines.len().to_string()),
                 ("top", format!("{:.0}", share(top) * 100.0)),
+                ("depth", format!("{depth:.1}")),
             ];
+            // Each construction building others of its class inside it: the cost multiplies
+            // with the depth, which the words say.
+            let words = if depth >= NESTED { "object-per-call-nested" } else { "object-per-call" };
             let mut functions: Vec<_> = c.functions.iter().collect();
             functions.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
             let evidence: Vec<Evidence> = functions
@@ -216,15 +236,15 @@ impl Engine<'_> {
                 max_speedup: gain(&lines, (first, last), c.weight, part),
                 bound_weight: heaviest.map_or(0, |f| f.bound_weight),
                 title: String::new(),
-                advice: b.fix(id, &values),
-                why: b.why(id, &values),
+                advice: b.fix(words, &values),
+                why: b.why(words, &values),
                 evidence,
                 recurrence: heaviest.and_then(|f| f.recurrence),
                 rule: id.to_owned(),
                 explained: 1.0,
                 enclosing_loop: None,
                 gain_basis: heaviest.map_or(GainBasis::BusyShare, |f| f.gain_basis),
-                what: b.what(id, &values),
+                what: b.what(words, &values),
                 no_bound: None,
                 modelled_range: None,
             };

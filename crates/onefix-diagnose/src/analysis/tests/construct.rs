@@ -10,6 +10,11 @@ const ZONES: &str = "import struct\n\nclass Zone:\n    def __init__(self, path):
 /// whose time goes round the constructor's lines 5 to 11; `heavy_line` puts every other sample
 /// of it at line 7 instead. Outside it, the caller's other lines run.
 fn zones(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool) -> Diagnosis {
+    zones_nested(tag, constructing, heavy_line, false)
+}
+
+/// [`zones`], with each construction building another inside it when `nested`.
+fn zones_nested(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool, nested: bool) -> Diagnosis {
     let (dir, app) = write_app(tag, ZONES);
     let mut b = Builder::new();
     for i in 0..400u64 {
@@ -17,6 +22,10 @@ fn zones(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool) -> Dia
         if constructing(i) {
             let line = if heavy_line && i % 2 == 0 { 7 } else { 5 + (i % 7) as u32 };
             stack.push(("zone_for", &app, 15));
+            if nested {
+                stack.push(("Zone.__init__", &app, 11));
+                stack.push(("zone_for", &app, 15));
+            }
             stack.push(("Zone.__init__", &app, line));
         } else if i % 2 == 0 {
             stack.push(("zone_for", &app, 14));
@@ -43,6 +52,7 @@ fn an_object_built_on_every_call_is_named_where_it_is_built() {
     assert!(f.title.starts_with("Building a new Zone on every call takes 70%"), "{}", f.title);
     assert!(f.why.contains("at least 40 separate times") && f.why.contains("7 lines"), "{}", f.why);
     assert!(f.advice.contains("build the Zone once"), "{}", f.advice);
+    assert!(!f.why.contains("builds others inside it"), "{}", f.why);
     assert_eq!(f.evidence[0].frame, "Zone.__init__", "{:?}", f.evidence);
     // About 1 / (1 - 0.7).
     let bound = f.max_speedup.unwrap();
@@ -63,4 +73,12 @@ fn a_construction_entered_once_or_with_one_heavy_line_is_not_an_object_per_call(
     let heavy = zones("object-heavy-line", |i| i % 10 < 7, true);
     assert!(!heavy.findings.iter().any(|f| f.rule == "object-per-call"), "{:#?}", heavy.findings);
     assert_eq!(heavy.findings[0].line, 7, "{:#?}", heavy.findings);
+}
+
+#[test]
+fn a_construction_that_builds_others_of_its_class_says_how_deep() {
+    let d = zones_nested("object-nested", |i| i % 10 < 7, false, true);
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.rule.as_str()), (15, "object-per-call"), "{:#?}", d.findings);
+    assert!(f.why.contains("each Zone builds others inside it (2.0 deep on average here)"), "{}", f.why);
 }
