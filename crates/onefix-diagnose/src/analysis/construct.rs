@@ -188,16 +188,29 @@ impl Engine<'_> {
             let class = if c.class.is_empty() { called_name(&code).unwrap_or_default() } else { c.class.clone() };
             let top = c.lines.values().copied().max().unwrap_or(0);
             let depth = c.nested as f64 / c.weight.max(1) as f64;
+            // Built from the item of the loop around it (`Processor(path)` in `for path in
+            // paths:`), the object is that item's work: building it once is no fix.
+            let loop_at = self.user.resolve(&caller.file).and_then(|p| self.source.enclosing_loop(&p, caller.line));
+            let item_loop = loop_at.filter(|&header| {
+                let targets = self.code(&caller.file, header).map(|h| loop_targets(&h)).unwrap_or_default();
+                let callee = called_name(&code).unwrap_or_default();
+                walk::call_arguments(&code, &callee).iter().any(|a| targets.contains(a))
+            });
             let values = [
                 ("class", class),
                 ("entries", entries.to_string()),
                 ("lines", c.lines.len().to_string()),
                 ("top", format!("{:.0}", share(top) * 100.0)),
                 ("depth", format!("{depth:.1}")),
+                ("loop_at", item_loop.map(|h| format!("{}:{h}", short(&caller.file))).unwrap_or_default()),
             ];
             // Each construction building others of its class inside it: the cost multiplies
             // with the depth, which the words say.
-            let words = if depth >= NESTED { "object-per-call-nested" } else { "object-per-call" };
+            let words = match (item_loop, depth >= NESTED) {
+                (Some(_), _) => "object-per-item",
+                (None, true) => "object-per-call-nested",
+                (None, false) => "object-per-call",
+            };
             let mut functions: Vec<_> = c.functions.iter().collect();
             functions.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
             let evidence: Vec<Evidence> = functions
@@ -227,7 +240,7 @@ impl Engine<'_> {
             let id = "object-per-call";
             let finding = Finding {
                 rank: 0,
-                kind: b.kind(id),
+                kind: b.kind(words),
                 file: caller.file.clone(),
                 line: caller.line,
                 function: caller.function.clone(),
@@ -293,6 +306,18 @@ fn class_of(function: &str) -> String {
     function.strip_suffix(".__init__").map(|c| c.rsplit('.').next().unwrap_or(c).to_owned()).unwrap_or_default()
 }
 
+/// The names a `for` header binds: `for key, (a, b) in items:` gives `key`, `a`, `b`.
+fn loop_targets(header: &str) -> Vec<String> {
+    let t = header.trim_start();
+    let Some(body) = t.strip_prefix("for ").or_else(|| t.strip_prefix("async for ")) else { return Vec::new() };
+    let Some((targets, _)) = body.split_once(" in ") else { return Vec::new() };
+    targets
+        .split(|c: char| c == ',' || c == '(' || c == ')' || c == '[' || c == ']')
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
 /// The name a line of code calls first: `tz = tzfile(filepath)` gives `tzfile`.
 fn called_name(code: &str) -> Option<String> {
     let at = code.find('(')?;
@@ -321,5 +346,7 @@ mod tests {
         assert_eq!(called_name("        tz = tzfile(filepath)").as_deref(), Some("tzfile"));
         assert_eq!(called_name("return proxy.OutOfOrderTableProxy(self, t)").as_deref(), Some("OutOfOrderTableProxy"));
         assert_eq!(called_name("x = 1"), None);
+        assert_eq!(loop_targets("    for key, (a, b) in items.items():"), vec!["key", "a", "b"]);
+        assert!(loop_targets("while True:").is_empty());
     }
 }

@@ -379,7 +379,7 @@ fn loop_iterable(header: &str) -> Option<String> {
 }
 
 /// The top-level arguments of the first call to `callee` on a line of code.
-fn call_arguments(code: &str, callee: &str) -> Vec<String> {
+pub(super) fn call_arguments(code: &str, callee: &str) -> Vec<String> {
     let Some(at) = code.find(&format!("{callee}(")) else { return Vec::new() };
     let rest = &code[at + callee.len() + 1..];
     let (mut depth, mut current, mut args) = (0i32, String::new(), Vec::new());

@@ -82,3 +82,28 @@ fn a_construction_that_builds_others_of_its_class_says_how_deep() {
     assert_eq!((f.line, f.rule.as_str()), (15, "object-per-call"), "{:#?}", d.findings);
     assert!(f.why.contains("each Zone builds others inside it (2.0 deep on average here)"), "{}", f.why);
 }
+
+/// Built from the loop's own item, the object is the item's work: named, but not as something
+/// to build once.
+#[test]
+fn an_object_built_from_each_item_of_a_loop_is_that_items_work() {
+    let source = "class Report:\n    def __init__(self, path):\n        self.rows = open(path).read().split()\n        self.total = sum(len(r) for r in self.rows)\n        self.words = {w: len(w) for w in self.rows}\n        self.top = sorted(self.words)[:10]\n        self.lines = len(self.rows)\n\ndef main(paths):\n    for path in paths:\n        report = Report(path)\n        print(report.total)\n";
+    let (dir, app) = write_app("object-per-item", source);
+    let mut b = Builder::new();
+    for i in 0..400u64 {
+        let mut stack: Vec<(&str, &str, u32)> = vec![("<module>", &app, 14), ("main", &app, 11)];
+        if i % 10 < 7 {
+            stack.push(("Report.__init__", &app, 3 + (i % 5) as u32));
+        } else {
+            stack[1].2 = 12;
+        }
+        b.add(1, i * 10, true, &stack);
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.line, f.kind.as_str(), f.rule.as_str()), (11, "hot-call", "object-per-call"), "{:#?}", d.findings);
+    assert!(f.title.starts_with("Building a Report for each item takes 70%"), "{}", f.title);
+    assert!(f.why.contains("from each item of the loop at app.py:10"), "{}", f.why);
+    assert!(!f.advice.contains("once and reuse"), "{}", f.advice);
+}
