@@ -312,7 +312,7 @@ fn loop_targets(header: &str) -> Vec<String> {
     let Some(body) = t.strip_prefix("for ").or_else(|| t.strip_prefix("async for ")) else { return Vec::new() };
     let Some((targets, _)) = body.split_once(" in ") else { return Vec::new() };
     targets
-        .split(|c: char| c == ',' || c == '(' || c == ')' || c == '[' || c == ']')
+        .split([',', '(', ')', '[', ']'])
         .map(|n| n.trim().to_owned())
         .filter(|n| !n.is_empty())
         .collect()
