@@ -19,7 +19,7 @@ def cookie_header(cart):
 
 def requests():
     small, big = cookie_header(SMALL_CART), cookie_header(BIG_CART)
-    for n in range(500):
+    for n in range(3000):
         yield small
         if n % 4 == 3:
             yield big

@@ -18,8 +18,9 @@ const MIN_SHARE: f64 = 0.2;
 /// ...no single line under it holds this part of it (one such line is the finding itself)...
 const SPREAD: f64 = 0.5;
 /// ...no finding of a specific kind (a regex, a copy, a connection) holds this part of it (that
-/// finding already says what the construction does that costs)...
-const EXPLAINED_BY_ONE: f64 = 0.25;
+/// finding already says what the construction does that costs; a smaller one stays a finding
+/// of its own beside it)...
+const EXPLAINED_BY_ONE: f64 = 0.5;
 /// ...and its thread entered it at least this many separate times between samples.
 const MIN_ENTRIES: u64 = 4;
 /// A finding whose line's weight is at least this part under the construction is part of it.
@@ -311,11 +312,7 @@ fn loop_targets(header: &str) -> Vec<String> {
     let t = header.trim_start();
     let Some(body) = t.strip_prefix("for ").or_else(|| t.strip_prefix("async for ")) else { return Vec::new() };
     let Some((targets, _)) = body.split_once(" in ") else { return Vec::new() };
-    targets
-        .split([',', '(', ')', '[', ']'])
-        .map(|n| n.trim().to_owned())
-        .filter(|n| !n.is_empty())
-        .collect()
+    targets.split([',', '(', ')', '[', ']']).map(|n| n.trim().to_owned()).filter(|n| !n.is_empty()).collect()
 }
 
 /// The name a line of code calls first: `tz = tzfile(filepath)` gives `tzfile`.
