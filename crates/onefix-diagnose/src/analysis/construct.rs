@@ -47,19 +47,19 @@ struct Construction {
 }
 
 impl Engine<'_> {
-    /// The user lines in a stack that call a Python class's constructor (`__init__` beneath
-    /// them), outermost occurrence first, each with the depth (leaf first) of its `__init__`.
+    /// The user lines in a stack that call a constructor (a Python `__init__`, a Rust
+    /// `Type::new`, a C++ `Type::Type` beneath them), outermost occurrence first, each with the
+    /// depth (leaf first) of the constructor's frame.
     fn constructions_in(&mut self, stack: StackId) -> Vec<(FrameId, usize)> {
         let leaf_first: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(stack)).collect();
         let mut found: Vec<(FrameId, usize)> = Vec::new();
         for i in (1..leaf_first.len()).rev() {
             let (callee, caller) = (self.profile.frame(leaf_first[i - 1]), self.profile.frame(leaf_first[i]));
-            if callee.kind != FrameKind::Python || caller.kind != FrameKind::Python || !is_constructor(&callee.function)
-            {
+            if callee.kind != caller.kind || !is_constructor(callee) {
                 continue;
             }
             // `super().__init__(...)` continues a construction already counted above it.
-            if is_constructor(&caller.function) && caller.file == callee.file {
+            if callee.kind == FrameKind::Python && is_constructor(caller) && caller.file == callee.file {
                 continue;
             }
             if self.frame(leaf_first[i]).origin != Origin::User {
@@ -101,7 +101,7 @@ impl Engine<'_> {
                 for (at, init_depth) in found {
                     let c = constructions.entry(at).or_default();
                     if c.class.is_empty() {
-                        c.class = class_of(&self.profile.frame(leaf_first[init_depth]).function);
+                        c.class = class_of(self.profile.frame(leaf_first[init_depth]));
                     }
                     c.weight += w;
                     let init = self.profile.frame(leaf_first[init_depth]);
@@ -117,7 +117,7 @@ impl Engine<'_> {
                     let mut seen: HashSet<(&str, &str)> = HashSet::new();
                     for &f in &leaf_first[..=init_depth] {
                         let frame = self.profile.frame(f);
-                        if frame.kind != FrameKind::Python || !seen.insert((&frame.file, &frame.function)) {
+                        if frame.kind == FrameKind::Kernel || !seen.insert((&frame.file, &frame.function)) {
                             continue;
                         }
                         let e = c.functions.entry((frame.file.clone(), frame.function.clone())).or_insert((0, f));
@@ -297,14 +297,46 @@ impl Engine<'_> {
     }
 }
 
-/// A Python constructor's function name, bare or qualified (`__init__`, `tzfile.__init__`).
-fn is_constructor(function: &str) -> bool {
-    function == "__init__" || function.ends_with(".__init__")
+/// A constructor's frame: Python's `__init__` (bare or qualified, `tzfile.__init__`), Rust's
+/// `Type::new`, C++'s `Type::Type`.
+fn is_constructor(frame: &onefix_model::Frame) -> bool {
+    match frame.kind {
+        FrameKind::Python => frame.function == "__init__" || frame.function.ends_with(".__init__"),
+        FrameKind::Native => native_class(&frame.function).is_some(),
+        _ => false,
+    }
 }
 
-/// The class of a qualified constructor (`tzfile.__init__` gives `tzfile`); empty when bare.
-fn class_of(function: &str) -> String {
-    function.strip_suffix(".__init__").map(|c| c.rsplit('.').next().unwrap_or(c).to_owned()).unwrap_or_default()
+/// The class a constructor builds (`tzfile.__init__` gives `tzfile`, `app::zone::Zone<T>::new`
+/// gives `Zone`); empty for a bare `__init__`.
+fn class_of(frame: &onefix_model::Frame) -> String {
+    match frame.kind {
+        FrameKind::Python => frame
+            .function
+            .strip_suffix(".__init__")
+            .map(|c| c.rsplit('.').next().unwrap_or(c).to_owned())
+            .unwrap_or_default(),
+        _ => native_class(&frame.function).unwrap_or_default(),
+    }
+}
+
+/// The type a native constructor builds: the path's segment before `new` (a Rust type's name
+/// starts with a capital), or a C++ constructor's class (`ns::Zone::Zone(int)`), generic
+/// parameters and argument lists left out.
+fn native_class(function: &str) -> Option<String> {
+    let (mut plain, mut depth) = (String::new(), 0i32);
+    for c in function.chars() {
+        match c {
+            '<' | '(' => depth += 1,
+            '>' | ')' => depth -= 1,
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let segments: Vec<&str> = plain.split("::").map(str::trim).collect();
+    let [.., owner, last] = segments.as_slice() else { return None };
+    let is_type = owner.chars().next().is_some_and(char::is_uppercase);
+    (is_type && (*last == "new" || last == owner)).then(|| (*owner).to_owned())
 }
 
 /// The names a `for` header binds: `for key, (a, b) in items:` gives `key`, `a`, `b`.
@@ -336,10 +368,16 @@ mod tests {
 
     #[test]
     fn a_constructor_and_the_class_it_builds_are_read_from_names_and_code() {
-        assert!(is_constructor("__init__") && is_constructor("tzfile.__init__"));
-        assert!(!is_constructor("__init__helper") && !is_constructor("init"));
-        assert_eq!(class_of("tz.tzfile.__init__"), "tzfile");
-        assert_eq!(class_of("__init__"), "");
+        let python = |f: &str| onefix_model::Frame::python(f, "/app/tz.py", 1);
+        let native = |f: &str| onefix_model::Frame { kind: FrameKind::Native, ..python(f) };
+        assert!(is_constructor(&python("__init__")) && is_constructor(&python("tzfile.__init__")));
+        assert!(!is_constructor(&python("__init__helper")) && !is_constructor(&python("init")));
+        assert_eq!(class_of(&python("tz.tzfile.__init__")), "tzfile");
+        assert_eq!(class_of(&python("__init__")), "");
+        assert_eq!(class_of(&native("app::zone::Zone<T>::new")), "Zone");
+        assert_eq!(class_of(&native("ns::Zone::Zone(int, char const*)")), "Zone");
+        assert!(!is_constructor(&native("app::zone::new")) && !is_constructor(&native("app::Zone::load")));
+        assert!(!is_constructor(&native("new")));
         assert_eq!(called_name("        tz = tzfile(filepath)").as_deref(), Some("tzfile"));
         assert_eq!(called_name("return proxy.OutOfOrderTableProxy(self, t)").as_deref(), Some("OutOfOrderTableProxy"));
         assert_eq!(called_name("x = 1"), None);

@@ -107,3 +107,57 @@ fn an_object_built_from_each_item_of_a_loop_is_that_items_work() {
     assert!(f.why.contains("from each item of the loop at app.py:10"), "{}", f.why);
     assert!(!f.advice.contains("once and reuse"), "{}", f.advice);
 }
+
+/// The same in a Rust program: `Zone::new(&path)` per call, its time spread over `new`'s lines.
+#[test]
+fn a_native_object_built_on_every_call_is_named_where_it_is_built() {
+    let source = "pub struct Zone { names: Vec<String>, total: usize }\n\nimpl Zone {\n    pub fn new(path: &str) -> Zone {\n        let data = std::fs::read(path).unwrap();\n        let names: Vec<String> = data.split(|b| *b == 0).map(|n| String::from_utf8_lossy(n).into_owned()).collect();\n        let index: Vec<(String, usize)> = names.iter().cloned().zip(0..).collect();\n        let total = names.iter().map(|n| n.len()).sum::<usize>() + index.len();\n        let mut sorted = names.clone();\n        sorted.sort();\n        Zone { names, total }\n    }\n}\n\nfn zone_for(name: &str) -> usize {\n    let path = format!(\"/zones/{name}\");\n    let zone = Zone::new(&path);\n    zone.total\n}\n\nfn main() {\n    for e in EVENTS {\n        println!(\"{} {}\", zone_for(e), e);\n    }\n}\n";
+    let dir = std::env::temp_dir().join(format!("onefix-native-object-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("main.rs");
+    std::fs::write(&src, source).unwrap();
+    let src = src.to_str().unwrap().to_owned();
+    let module = dir.join("zones").to_str().unwrap().to_owned();
+    let mut b = Builder::new();
+    let t = b.p.intern_thread(1, 1, None);
+    for i in 0..400u64 {
+        let mut stack = vec![("zones::main", 23)];
+        if i % 10 < 7 {
+            stack.push(("zones::zone_for", 17));
+            stack.push(("zones::Zone::new", 5 + (i % 7) as u32));
+        } else {
+            stack.push(("zones::zone_for", 16));
+        }
+        let ids: Vec<FrameId> = stack
+            .iter()
+            .map(|&(function, line)| {
+                b.p.intern_frame(Frame {
+                    kind: onefix_model::FrameKind::Native,
+                    function: function.to_owned(),
+                    file: src.clone(),
+                    line,
+                    module: module.clone(),
+                })
+            })
+            .collect();
+        let s = b.p.intern_stack(ids);
+        b.p.samples.push(Sample {
+            time_us: i * 10_000,
+            thread: t,
+            stack: s,
+            state: ThreadState::new(true, false),
+            weight: 1,
+        });
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!(
+        (f.line, f.kind.as_str(), f.rule.as_str()),
+        (17, "repeated-setup", "object-per-call"),
+        "{:#?}",
+        d.findings
+    );
+    assert!(f.title.starts_with("Building a new Zone on every call takes 70%"), "{}", f.title);
+    assert_eq!(f.evidence[0].frame, "zones::Zone::new", "{:?}", f.evidence);
+}
