@@ -15,7 +15,8 @@ use super::*;
 
 /// A construction is a finding when it holds at least this share of the busy time...
 const MIN_SHARE: f64 = 0.2;
-/// ...no single line under it holds this part of it (one such line is the finding itself)...
+/// ...it runs mostly in the user's code under the line (the line itself holds less than this
+/// part of it: else the constructor is a library's, and the line's own finding says so)...
 const SPREAD: f64 = 0.5;
 /// ...no finding of a specific kind (a regex, a copy, a connection) holds this part of it (that
 /// finding already says what the construction does that costs; a smaller one stays a finding
@@ -129,7 +130,10 @@ impl Engine<'_> {
         let mut candidates: Vec<(FrameId, Construction)> = constructions
             .into_iter()
             .filter(|(_, c)| share(c.weight) >= MIN_SHARE && c.weight >= MIN_FINDING_WEIGHT)
-            .filter(|(_, c)| c.lines.values().all(|&w| (w as f64) < SPREAD * c.weight as f64))
+            .filter(|(at, c)| {
+                let own = self.line_of_frame.get(at).and_then(|l| c.lines.get(l)).copied().unwrap_or(0);
+                (own as f64) < SPREAD * c.weight as f64
+            })
             .collect();
         // The heaviest first: a construction inside a named one is part of it.
         candidates.sort_by(|a, b| b.1.weight.cmp(&a.1.weight).then(a.0.cmp(&b.0)));
@@ -187,7 +191,10 @@ impl Engine<'_> {
                 continue;
             }
             let class = if c.class.is_empty() { called_name(&code).unwrap_or_default() } else { c.class.clone() };
-            let top = c.lines.values().copied().max().unwrap_or(0);
+            let (top_line, top) =
+                c.lines.iter().map(|(&l, &w)| (l, w)).max_by_key(|&(l, w)| (w, std::cmp::Reverse(l))).unwrap_or((0, 0));
+            let top_frame = self.profile.frame(self.lines[top_line].frame);
+            let top_at = format!("{}:{}", short(&top_frame.file), top_frame.line);
             let depth = c.nested as f64 / c.weight.max(1) as f64;
             // Built from the item of the loop around it (`Processor(path)` in `for path in
             // paths:`), the object is that item's work: building it once is no fix.
@@ -197,8 +204,14 @@ impl Engine<'_> {
                 let callee = called_name(&code).unwrap_or_default();
                 walk::call_arguments(&code, &callee).iter().any(|a| targets.contains(a))
             });
+            // Built per item with one line of it holding most of it, that line is what to make
+            // cheaper, and its own finding says so.
+            if item_loop.is_some() && top as f64 >= SPREAD * c.weight as f64 {
+                continue;
+            }
             let values = [
                 ("class", class),
+                ("top_at", top_at),
                 ("entries", entries.to_string()),
                 ("lines", c.lines.len().to_string()),
                 ("top", format!("{:.0}", share(top) * 100.0)),
