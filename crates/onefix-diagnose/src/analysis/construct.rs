@@ -82,6 +82,11 @@ impl Engine<'_> {
         gain: &walk::Gain,
         mode: Mode,
     ) {
+        // Without sample times (a profile imported from pprof or folded stacks) nothing says
+        // whether a construction ran once or again and again.
+        if !self.timeline {
+            return;
+        }
         let mut by_stack: HashMap<StackId, Vec<(FrameId, usize)>> = HashMap::new();
         let mut constructions: HashMap<FrameId, Construction> = HashMap::new();
         for l in 0..self.lines.len() {

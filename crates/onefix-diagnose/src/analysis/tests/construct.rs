@@ -15,6 +15,16 @@ fn zones(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool) -> Dia
 
 /// [`zones`], with each construction building another inside it when `nested`.
 fn zones_nested(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool, nested: bool) -> Diagnosis {
+    zones_with(tag, constructing, heavy_line, nested, &Options::default())
+}
+
+fn zones_with(
+    tag: &str,
+    constructing: impl Fn(u64) -> bool,
+    heavy_line: bool,
+    nested: bool,
+    opts: &Options,
+) -> Diagnosis {
     let (dir, app) = write_app(tag, ZONES);
     let mut b = Builder::new();
     for i in 0..400u64 {
@@ -32,7 +42,8 @@ fn zones_nested(tag: &str, constructing: impl Fn(u64) -> bool, heavy_line: bool,
         }
         b.add(1, i * 10, true, &stack);
     }
-    let d = b.diagnose(dir.to_str().unwrap());
+    let user = UserCode::new([dir.to_str().unwrap()], Some(dir.as_path()));
+    let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, opts);
     std::fs::remove_dir_all(&dir).unwrap();
     d
 }
@@ -69,6 +80,10 @@ fn a_construction_entered_once_is_not_an_object_per_call() {
     // The same share in one stretch: one long construction, which building once does not save.
     let once = zones("object-once", |i| i < 280, false);
     assert!(!once.findings.iter().any(|f| f.rule == "object-per-call"), "{:#?}", once.findings);
+    // Without sample times (an imported pprof profile) nothing says how often it was entered.
+    let opts = Options { timeline: false, partial_stacks: false, ..Options::default() };
+    let untimed = zones_with("object-untimed", |i| i % 10 < 7, false, false, &opts);
+    assert!(!untimed.findings.iter().any(|f| f.rule == "object-per-call"), "{:#?}", untimed.findings);
 }
 
 /// Most of the construction at one line of it (a table's rows parsed in a loop) is still the
