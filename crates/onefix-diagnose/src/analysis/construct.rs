@@ -73,6 +73,15 @@ impl Engine<'_> {
         found
     }
 
+    /// [`Engine::constructions_in`], computed once per stack.
+    fn constructions_cached<'m>(
+        &mut self,
+        stack: StackId,
+        by_stack: &'m mut HashMap<StackId, Vec<(FrameId, usize)>>,
+    ) -> &'m [(FrameId, usize)] {
+        by_stack.entry(stack).or_insert_with(|| self.constructions_in(stack))
+    }
+
     /// Names the line that builds an object on every call when the object's construction is
     /// the cost, spread over its class's lines; folds the findings inside it into it.
     pub(super) fn fold_constructions(
@@ -92,14 +101,7 @@ impl Engine<'_> {
         for l in 0..self.lines.len() {
             let stacks: Vec<(StackId, u64)> = self.lines[l].by_stack.iter().map(|(&(s, _), &w)| (s, w)).collect();
             for (stack, w) in stacks {
-                let found = match by_stack.get(&stack) {
-                    Some(f) => f.clone(),
-                    None => {
-                        let f = self.constructions_in(stack);
-                        by_stack.insert(stack, f.clone());
-                        f
-                    }
-                };
+                let found = self.constructions_cached(stack, &mut by_stack).to_vec();
                 if found.is_empty() {
                     continue;
                 }
@@ -143,6 +145,10 @@ impl Engine<'_> {
         // The heaviest first: a construction inside a named one is part of it.
         candidates.sort_by(|a, b| b.1.weight.cmp(&a.1.weight).then(a.0.cmp(&b.0)));
         let b = crate::builtin::Builtins::get();
+        let profile = self.profile;
+        // The samples in time order, per thread, for counting entries: sorted once, when a
+        // construction gets that far.
+        let mut order: Option<Vec<&Sample>> = None;
         let mut named: Vec<HashMap<usize, u64>> = Vec::new();
         for (at, c) in candidates {
             // Two constructions that call each other (a proxy whose constructor appends, which
@@ -187,12 +193,17 @@ impl Engine<'_> {
             if explained {
                 continue;
             }
-            let entries = self.entries(at, &mut by_stack, mode);
-            if entries < MIN_ENTRIES {
-                continue;
-            }
             let Some(code) = self.code(&caller.file, caller.line) else { continue };
             if code.contains("__init__(") {
+                continue;
+            }
+            let order = order.get_or_insert_with(|| {
+                let mut o: Vec<&Sample> = profile.samples.iter().filter(|s| mode.counts(s.state)).collect();
+                o.sort_by_key(|s| (s.thread, s.time_us));
+                o
+            });
+            let entries = self.entries(at, order, &mut by_stack);
+            if entries < MIN_ENTRIES {
                 continue;
             }
             let class = if c.class.is_empty() { called_name(&code).unwrap_or_default() } else { c.class.clone() };
@@ -290,21 +301,17 @@ impl Engine<'_> {
 
     /// How many separate times the threads entered the construction at `at`: runs of samples
     /// under it, per thread in time order. A lower bound: two calls a sample apart are one run.
-    fn entries(&mut self, at: FrameId, by_stack: &mut HashMap<StackId, Vec<(FrameId, usize)>>, mode: Mode) -> u64 {
-        let profile = self.profile;
-        let mut order: Vec<&Sample> = profile.samples.iter().filter(|s| mode.counts(s.state)).collect();
-        order.sort_by_key(|s| (s.thread, s.time_us));
+    /// `order` is the samples the mode counts, by thread and time.
+    fn entries(
+        &mut self,
+        at: FrameId,
+        order: &[&Sample],
+        by_stack: &mut HashMap<StackId, Vec<(FrameId, usize)>>,
+    ) -> u64 {
         let (mut entries, mut previous) = (0u64, None::<(ThreadId, bool)>);
         for s in order {
-            let inside = match s.stack {
-                Some(stack) => {
-                    if let std::collections::hash_map::Entry::Vacant(e) = by_stack.entry(stack) {
-                        e.insert(self.constructions_in(stack));
-                    }
-                    by_stack[&stack].iter().any(|&(f, _)| f == at)
-                }
-                None => false,
-            };
+            let inside =
+                s.stack.is_some_and(|stack| self.constructions_cached(stack, by_stack).iter().any(|&(f, _)| f == at));
             let was_inside = previous.is_some_and(|(t, i)| t == s.thread && i);
             if inside && !was_inside {
                 entries += 1;
