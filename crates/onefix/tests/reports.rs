@@ -562,8 +562,10 @@ fn record_shows_a_progress_line_only_on_a_terminal() {
     // The program prints to the same terminal: the progress line stays on the last row, out
     // of the way, and never lands inside one of the program's lines.
     let shared = Tmux::new("progress-shared");
+    // 8 s: the line is redrawn once a second, and on a loaded machine (CI runs this beside
+    // chromium) the first redraws come late; 4 s left too few to be seen once.
     let command = format!(
-        "cd {} && {} record -d 4s -o {} -- python3 {}; echo RECORD-EXITED-$?; sleep 60",
+        "cd {} && {} record -d 8s -o {} -- python3 {}; echo RECORD-EXITED-$?; sleep 60",
         s.0.display(),
         env!("CARGO_BIN_EXE_onefix"),
         s.path("shared.onefix").display(),
