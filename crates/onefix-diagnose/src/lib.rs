@@ -20,7 +20,7 @@ pub mod origin;
 pub mod stall;
 mod template;
 
-pub use analysis::{diagnose, settle_running, Options};
+pub use analysis::{diagnose, settle_running, settle_stale_reads, Options};
 pub use finding::{Diagnosis, Evidence, Finding, GainBasis, HotLine};
 pub use kb::KnowledgeBase;
 pub use kind::Kind;

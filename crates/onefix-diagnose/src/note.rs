@@ -48,6 +48,10 @@ pub enum Note {
     Bracketed {
         percent: f64,
     },
+    /// Reads that caught a line after its call had returned, charged to the line that made it.
+    StaleReads {
+        percent: f64,
+    },
     ParkedInBusy {
         percent: f64,
     },
@@ -137,6 +141,10 @@ impl fmt::Display for Note {
             Note::Bracketed { percent } => write!(
                 f,
                 "{percent:.0}% of the samples were read empty or torn and charged to the line their thread was read in just before and after"
+            ),
+            Note::StaleReads { percent } => write!(
+                f,
+                "{percent:.0}% of the samples caught a line after the call it made had returned (a running thread is read innermost frame first) and were charged to the line that made the call"
             ),
             Note::ParkedInBusy { percent } => write!(
                 f,

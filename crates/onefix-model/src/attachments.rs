@@ -26,6 +26,16 @@ pub struct ProgramStart {
     pub unsampled_us: u64,
 }
 
+/// Reads that caught a line of the user's code after its call had returned, charged to the line
+/// that made the call ([`StaleReads`]): set by the diagnosis before it reads the samples.
+pub const STALE_READS: &str = "stale-reads";
+
+/// The weight of the reads moved to the line that made their call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StaleReads {
+    pub weight: u64,
+}
+
 /// Where a profile recorded by another tool came from ([`ImportedFrom`]).
 pub const IMPORTED: &str = "imported";
 

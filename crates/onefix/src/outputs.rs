@@ -130,10 +130,12 @@ pub fn knowledge_base() -> &'static KnowledgeBase {
     KB.get_or_init(KnowledgeBase::builtin)
 }
 
-/// Settles which samples ran on a CPU ([`onefix_diagnose::settle_running`]) before the
-/// diagnosis and the writers read them, so that all of them count the same CPU time.
+/// Settles which samples ran on a CPU ([`onefix_diagnose::settle_running`]) and which line a
+/// read caught late belongs to ([`onefix_diagnose::settle_stale_reads`]) before the diagnosis
+/// and the writers read them, so that all of them count the same time at the same lines.
 pub fn settle_running(profile: &mut Profile, args: &OutputArgs) {
     let user = user_code(profile, args);
+    onefix_diagnose::settle_stale_reads(profile, &user);
     onefix_diagnose::settle_running(profile, knowledge_base(), &user);
 }
 

@@ -26,11 +26,13 @@ mod latency;
 mod merge;
 mod rules;
 mod serial;
+mod stale;
 mod threads;
 mod waits;
 mod walk;
 use bound::{join_bounds, join_evidence, speedup, MAX_EVIDENCE};
 use merge::merge_within_functions;
+pub use stale::settle_stale_reads;
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -721,6 +723,13 @@ impl Engine<'_> {
         }
         if bracketed > 0 && total_weight > 0 && bracketed * 100 >= total_weight {
             notes.push(Note::Bracketed { percent: bracketed as f64 * 100.0 / total_weight as f64 });
+        }
+        let stale = profile
+            .attachments
+            .get(onefix_model::attachments::STALE_READS)
+            .and_then(|j| serde_json::from_slice::<onefix_model::attachments::StaleReads>(j).ok());
+        if let Some(stale) = stale.filter(|s| total_weight > 0 && s.weight * 100 >= total_weight) {
+            notes.push(Note::StaleReads { percent: stale.weight as f64 * 100.0 / total_weight as f64 });
         }
         if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
             notes.push(Note::ParkedInBusy { percent: share(parked_in_busy) * 100.0 });

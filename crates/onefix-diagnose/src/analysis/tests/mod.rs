@@ -518,3 +518,34 @@ fn a_profile_without_sample_times_claims_no_recurrence_and_no_critical_path() {
     assert!(own.notes.iter().any(|n| matches!(n, Note::IncompleteStacks { .. })), "{:?}", own.notes);
     assert_eq!(own.busy_weight, 400);
 }
+
+/// Reads that caught the loop's cheap line after `deepcopy` returned are charged, once settled,
+/// to the line that copies: its share and bound are those of the copy, and a note says so.
+#[test]
+fn reads_caught_after_a_call_returned_count_for_the_line_that_made_it() {
+    let (dir, app) =
+        write_app("stale", "import copy\nfor step in range(100):\n    snapshot = copy.deepcopy(state)\n    n += 1\n");
+    let copy = format!("{LIB}/copy.py");
+    let mut b = Builder::new();
+    for ms in 0..200u64 {
+        let stack: &[(&str, &str, u32)] = match ms % 20 {
+            0 => &[("<module>", &app, 4)],
+            1 => &[("<module>", &app, 4), ("deepcopy", &copy, 128)],
+            _ => &[("<module>", &app, 3), ("deepcopy", &copy, 128)],
+        };
+        b.add(1, ms * 10, true, stack);
+    }
+    let user = UserCode::new([&dir], Some(dir.as_path()));
+    let before = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options::default());
+    assert_eq!(crate::settle_stale_reads(&mut b.p, &user), 10);
+    let d = diagnose(&b.p, &KnowledgeBase::builtin(), &user, &Options::default());
+    let at = |d: &Diagnosis| d.hot_lines.iter().find(|h| h.line == 3).map(|h| h.share).unwrap();
+    assert!((at(&before) - 0.90).abs() < 1e-9 && (at(&d) - 0.95).abs() < 1e-9, "{} {}", at(&before), at(&d));
+    assert_eq!(d.findings[0].line, 3);
+    assert!(
+        d.notes.iter().any(|n| matches!(n, Note::StaleReads { percent } if (percent - 5.0).abs() < 1e-9)),
+        "{:?}",
+        d.notes
+    );
+    assert!(!before.notes.iter().any(|n| matches!(n, Note::StaleReads { .. })));
+}

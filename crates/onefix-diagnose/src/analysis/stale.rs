@@ -1,0 +1,299 @@
+//! Reads that caught a line of the user's code after its call had returned.
+//!
+//! The sampler reads a running Python thread without stopping it (py-spy's non-blocking mode; a
+//! paused read costs the target far more), innermost frame first. A call that returns while the
+//! read walks outwards leaves the callee's frames under its caller's *next* line: in
+//! `for ...: s = copy.deepcopy(state); n += 1`, some reads show `n += 1` calling `deepcopy`.
+//! Measured on bench/gain's programs, 3 to 5% of all reads of a loop around one long call. They
+//! move time from the line that makes the call to the cheap lines after it, and a gain bound,
+//! 1/(1-share) with its share near 1, is most sensitive to exactly that: on `deepcopy.py` the
+//! loop's lines held 33 reads where the loop's own clock measured 21.
+//!
+//! Such a read is recognised in the source: its line does not name the function it appears to
+//! call, and exactly one other line of the same function calls that function by name and is read
+//! calling it at least [`CALLER_MARGIN`] times as often. It is charged to that line in the
+//! profile itself, so that every writer counts what the diagnosis counts (as
+//! [`settle_running`](super::settle_running) does for CPU time). How much moved is kept as the
+//! `stale-reads` attachment, which the diagnosis reports as a note.
+
+use std::collections::HashMap;
+
+use onefix_model::attachments::{StaleReads, IMPORTED, STALE_READS};
+use onefix_model::{FrameId, FrameKind, Language, Profile, StackId, WeightUnit};
+
+use crate::names::{called_names, SourceCache};
+use crate::origin::{Origin, UserCode};
+
+/// The line that names the callee must be read calling it at least this many times as often as
+/// the line that does not: a read caught late is a small fraction of the call's reads, while a
+/// call made through another name (a local bound to the function) is not.
+const CALLER_MARGIN: u64 = 4;
+
+/// The name a call of `function` (a Python frame's function, qualified or not) is written with
+/// in its caller's source: the function's own name, or for a constructor its class's name.
+/// `None` for names no call spells out: comprehensions, lambdas, module bodies and the other
+/// special methods (`__getitem__`, `__enter__`, ...), which operators and statements call.
+fn written_name(function: &str) -> Option<&str> {
+    let mut parts = function.rsplit('.');
+    let last = parts.next()?;
+    let name = match last {
+        "__init__" | "__new__" => parts.next()?,
+        _ => last,
+    };
+    let identifier = name.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    (identifier && !name.starts_with("__")).then_some(name)
+}
+
+/// Whether `word` appears in `code` as a whole identifier.
+fn names(code: &str, word: &str) -> bool {
+    let is_ident = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices(word).any(|(at, _)| {
+        let before = code[..at].chars().next_back();
+        let after = code[at + word.len()..].chars().next();
+        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+    })
+}
+
+/// Charges the reads of `profile` that caught a user line after its call returned to the line
+/// that made the call (see the module's comment). Returns the weight moved.
+pub fn settle_stale_reads(profile: &mut Profile, user: &UserCode) -> u64 {
+    // Paused reads (native stacks) are consistent; a profile from another tool is left as read.
+    if profile.meta.native
+        || profile.meta.target.language == Some(Language::Native)
+        || profile.attachments.contains_key(IMPORTED)
+        || matches!(profile.meta.weight_unit, WeightUnit::Bytes)
+    {
+        return 0;
+    }
+    let moves = stale_callers(profile, user);
+    if moves.is_empty() {
+        return 0;
+    }
+    let mut rewritten: HashMap<StackId, StackId> = HashMap::new();
+    let mut moved = 0u64;
+    for i in 0..profile.samples.len() {
+        let Some(stack) = profile.samples[i].stack else { continue };
+        let new = match rewritten.get(&stack) {
+            Some(&s) => s,
+            None => {
+                let mut frames = profile.stack_frames_root_first(Some(stack));
+                let mut changed = false;
+                for k in 0..frames.len().saturating_sub(1) {
+                    let callee = callee_key(profile, frames[k + 1]);
+                    if let Some(&to) = moves.get(&(frames[k], callee)) {
+                        frames[k] = to;
+                        changed = true;
+                    }
+                }
+                let s = if changed { profile.intern_stack(frames).unwrap_or(stack) } else { stack };
+                rewritten.insert(stack, s);
+                s
+            }
+        };
+        if new != stack {
+            profile.samples[i].stack = Some(new);
+            moved += profile.samples[i].weight as u64;
+        }
+    }
+    if moved > 0 {
+        if let Ok(json) = serde_json::to_vec(&StaleReads { weight: moved }) {
+            profile.attachments.insert(STALE_READS.to_owned(), json);
+        }
+    }
+    moved
+}
+
+/// A function called: its file and name, whatever line it was read at.
+type Callee = (String, String);
+
+/// The lines of one user function (its file and name) read calling one callee, with the weight.
+type CallersOf<'p> = HashMap<(&'p str, &'p str, &'p Callee), Vec<(FrameId, u64)>>;
+
+/// A callee as a function (its file and name), whatever line it was read at.
+fn callee_key(profile: &Profile, frame: FrameId) -> Callee {
+    let f = profile.frame(frame);
+    (f.file.clone(), f.function.clone())
+}
+
+/// The (caller frame, callee function) pairs read late, each with the frame of the line that
+/// made the call.
+fn stale_callers(profile: &Profile, user: &UserCode) -> HashMap<(FrameId, Callee), FrameId> {
+    let mut by_stack: HashMap<StackId, u64> = HashMap::new();
+    for s in &profile.samples {
+        if let Some(stack) = s.stack {
+            *by_stack.entry(stack).or_default() += s.weight as u64;
+        }
+    }
+    let mut is_user: HashMap<FrameId, bool> = HashMap::new();
+    // Weight read with a user line calling a function, by (caller frame, callee function).
+    let mut calls: HashMap<(FrameId, Callee), u64> = HashMap::new();
+    for (&stack, &w) in &by_stack {
+        let frames = profile.stack_frames_root_first(Some(stack));
+        for pair in frames.windows(2) {
+            let (caller, callee) = (profile.frame(pair[0]), profile.frame(pair[1]));
+            if caller.kind != FrameKind::Python || callee.kind != FrameKind::Python {
+                continue;
+            }
+            let user_frame = *is_user.entry(pair[0]).or_insert_with(|| user.origin(caller) == Origin::User);
+            if user_frame {
+                *calls.entry((pair[0], callee_key(profile, pair[1]))).or_default() += w;
+            }
+        }
+    }
+    // The lines of each user function seen calling each callee.
+    let mut callers: CallersOf = HashMap::new();
+    for ((caller, callee), &w) in &calls {
+        let f = profile.frame(*caller);
+        callers.entry((f.file.as_str(), f.function.as_str(), callee)).or_default().push((*caller, w));
+    }
+    let mut source = SourceCache::default();
+    let mut code = |frame: FrameId| -> Option<String> {
+        let f = profile.frame(frame);
+        let path = user.resolve(&f.file)?;
+        source.line(&path, f.line)
+    };
+    let mut moves = HashMap::new();
+    for ((caller, callee), &w) in &calls {
+        let Some(name) = written_name(&callee.1) else { continue };
+        let Some(text) = code(*caller) else { continue };
+        if names(&text, name) {
+            continue;
+        }
+        let f = profile.frame(*caller);
+        let Some(siblings) = callers.get(&(f.file.as_str(), f.function.as_str(), callee)) else { continue };
+        let making: Vec<FrameId> = siblings
+            .iter()
+            .filter(|&&(other, ow)| other != *caller && ow >= CALLER_MARGIN * w)
+            .filter(|&&(other, _)| {
+                code(other).is_some_and(|t| called_names(&t).iter().any(|n| n.rsplit('.').next() == Some(name)))
+            })
+            .map(|&(other, _)| other)
+            .collect();
+        if let [to] = making[..] {
+            moves.insert((*caller, callee.clone()), to);
+        }
+    }
+    moves
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use onefix_model::{Frame, Meta, Sample, ThreadState};
+    use std::path::Path;
+
+    const LIB: &str = "/usr/lib/python3.11/copy.py";
+
+    fn app(tag: &str, source: &str) -> (std::path::PathBuf, String) {
+        let dir = std::env::temp_dir().join(format!("onefix-stale-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("app.py");
+        std::fs::write(&file, source).unwrap();
+        let s = file.to_str().unwrap().to_owned();
+        (dir, s)
+    }
+
+    fn add(p: &mut Profile, stack: &[(&str, &str, u32)], times: u32) {
+        let t = p.intern_thread(1, 1, None);
+        let ids: Vec<FrameId> =
+            stack.iter().map(|&(f, file, line)| p.intern_frame(Frame::python(f, file, line))).collect();
+        let s = p.intern_stack(ids);
+        for _ in 0..times {
+            let time_us = p.samples.len() as u64 * 10_000;
+            p.samples.push(Sample { time_us, thread: t, stack: s, state: ThreadState::new(true, true), weight: 1 });
+        }
+    }
+
+    fn weight_at(p: &Profile, file: &str, line: u32, callee: Option<&str>) -> u32 {
+        p.samples
+            .iter()
+            .filter(|s| {
+                let frames = p.stack_frames_root_first(s.stack);
+                let at = frames.iter().position(|&f| p.frame(f).file == file && p.frame(f).line == line);
+                at.is_some_and(|i| frames.get(i + 1).map(|&f| p.frame(f).function.as_str()) == callee)
+            })
+            .map(|s| s.weight)
+            .sum()
+    }
+
+    const LOOP: &str =
+        "import copy\nfor step in range(100):\n    snapshot = copy.deepcopy(state)\n    history.append(1)\n    n += 1\n";
+
+    #[test]
+    fn a_line_read_calling_what_the_line_before_it_calls_is_charged_there() {
+        let (dir, file) = app("moved", LOOP);
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 3), ("deepcopy", LIB, 128)], 90);
+        add(&mut p, &[("<module>", &file, 5), ("deepcopy", LIB, 128)], 4);
+        add(&mut p, &[("<module>", &file, 4), ("deepcopy", LIB, 140)], 2);
+        add(&mut p, &[("<module>", &file, 5)], 6);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 6);
+        assert_eq!(weight_at(&p, &file, 3, Some("deepcopy")), 96);
+        assert_eq!(weight_at(&p, &file, 5, Some("deepcopy")), 0);
+        // The line's own time stays.
+        assert_eq!(weight_at(&p, &file, 5, None), 6);
+        let kept: StaleReads = serde_json::from_slice(&p.attachments[STALE_READS]).unwrap();
+        assert_eq!(kept.weight, 6);
+    }
+
+    #[test]
+    fn a_call_through_another_name_or_as_often_as_the_named_one_stays() {
+        // Line 4 calls `deepcopy` through a local bound to it: as often as line 3, so not late.
+        let src = "import copy\ndup = copy.deepcopy\nfor s in states:\n    a = copy.deepcopy(s)\n    b = dup(s)\n";
+        let (dir, file) = app("kept", src);
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 4), ("deepcopy", LIB, 128)], 50);
+        add(&mut p, &[("<module>", &file, 5), ("deepcopy", LIB, 128)], 50);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 0);
+        assert!(!p.attachments.contains_key(STALE_READS));
+        // A line that names what it calls is never moved, however rarely it is read calling it.
+        let (dir, file) = app("named", LOOP.replace("n += 1", "n += len(copy.deepcopy(x))").as_str());
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 3), ("deepcopy", LIB, 128)], 90);
+        add(&mut p, &[("<module>", &file, 5), ("deepcopy", LIB, 128)], 4);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 0);
+    }
+
+    #[test]
+    fn two_lines_calling_it_by_name_leave_the_late_read_where_it_is() {
+        let src = "import copy\nfor s in states:\n    a = copy.deepcopy(s)\n    b = copy.deepcopy(t)\n    n += 1\n";
+        let (dir, file) = app("two", src);
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 3), ("deepcopy", LIB, 128)], 50);
+        add(&mut p, &[("<module>", &file, 4), ("deepcopy", LIB, 128)], 50);
+        add(&mut p, &[("<module>", &file, 5), ("deepcopy", LIB, 128)], 4);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 0);
+    }
+
+    #[test]
+    fn a_constructor_is_called_by_its_class_name() {
+        let src = "for q in quotes:\n    t = Tariff(path)\n    total += t.price(q)\n";
+        let (dir, file) = app("ctor", src);
+        let lib = dir.join("tariff.py");
+        let lib = lib.to_str().unwrap();
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 2), ("Tariff.__init__", lib, 10)], 40);
+        add(&mut p, &[("<module>", &file, 3), ("Tariff.__init__", lib, 10)], 3);
+        add(&mut p, &[("<module>", &file, 3), ("Tariff.price", lib, 30)], 20);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 3);
+        assert_eq!(weight_at(&p, &file, 3, Some("Tariff.price")), 20);
+        assert_eq!(weight_at(&p, &file, 2, Some("Tariff.__init__")), 43);
+    }
+
+    #[test]
+    fn names_no_call_spells_are_not_judged() {
+        assert_eq!(written_name("copy.deepcopy"), Some("deepcopy"));
+        assert_eq!(written_name("Tariff.__init__"), Some("Tariff"));
+        assert_eq!(written_name("__init__"), None);
+        assert_eq!(written_name("<genexpr>"), None);
+        assert_eq!(written_name("Table.__getitem__"), None);
+        assert!(names("x = copy.deepcopy(s)", "deepcopy"));
+        assert!(!names("x = copy.deepcopy2(s)", "deepcopy"));
+    }
+}
