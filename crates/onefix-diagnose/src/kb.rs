@@ -88,6 +88,11 @@ pub struct EntrySpec {
     /// any other wait (a reply, the clock, a connection) stays on the line that waits.
     #[serde(default)]
     pub woken_by_thread: bool,
+    /// A worker taking its next item from a queue that other workers take from too: which of
+    /// them does an item depends on who is free, so a pool's items are shared out anew when
+    /// what feeds it gets faster (see the critical path's pools).
+    #[serde(default)]
+    pub shared_queue: bool,
     /// Entries whose cost this one brings about when both sit in the same loop (a client built
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]

@@ -40,6 +40,12 @@ const TURNS_MIN_WAIT: f64 = 0.3;
 /// threads over every sample, too much for a large pool.
 const MAX_PAIRED_THREADS: usize = 16;
 
+/// Whether two threads take their items from one queue ([`Engine::queue_pools`]): one never
+/// wakes the other from it.
+fn same_pool(pool_of: &[Option<usize>], a: usize, b: usize) -> bool {
+    matches!((pool_of.get(a), pool_of.get(b)), (Some(Some(x)), Some(Some(y))) if x == y)
+}
+
 /// A thread's time in one state, and the time each other thread worked meanwhile.
 type Overlap = (u64, HashMap<usize, u64>);
 
@@ -76,6 +82,9 @@ pub(super) struct CriticalPath {
     on_path: HashMap<usize, u64>,
     /// Per thread that the end waits for: its own time by line, and its total.
     own: Vec<(HashMap<usize, u64>, u64)>,
+    /// Threads of [`CriticalPath::own`] that share their items out of one queue (indices into
+    /// it), each pool at least two threads: see [`Engine::queue_pools`].
+    pools: Vec<Vec<usize>>,
     /// Per Python process: time holding the GIL, by line, and the total.
     gil: Vec<(HashMap<usize, u64>, u64)>,
     /// Running time by line, and the total.
@@ -98,7 +107,17 @@ impl CriticalPath {
         let without = |(by_line, total): &(HashMap<usize, u64>, u64)| total.saturating_sub(sum(by_line)) as f64;
         let on_path = sum(&self.on_path);
         let mut remaining = t - on_path as f64;
-        for own in &self.own {
+        // A pool's items are shared out anew once the line is gone: its threads' time over
+        // their number stays, not its busiest thread's.
+        let mut pooled = vec![false; self.own.len()];
+        for pool in &self.pools {
+            let total: f64 = pool.iter().map(|&k| without(&self.own[k])).sum();
+            remaining = remaining.max(total / pool.len() as f64);
+            for &k in pool {
+                pooled[k] = true;
+            }
+        }
+        for (own, _) in self.own.iter().zip(&pooled).filter(|(_, &p)| !p) {
             remaining = remaining.max(without(own));
         }
         for gil in &self.gil {
@@ -174,6 +193,7 @@ impl Engine<'_> {
             .or_else(|| (0..nthreads).max_by_key(|&t| end_of(t)))?;
 
         let pairs = self.client_server_pairs(timelines, &steps, interval_us);
+        let pool_of = self.queue_pools(timelines, main);
         let mut on_path: HashMap<usize, u64> = HashMap::new();
         let mut cur = main;
         let mut t = end_of(main)?;
@@ -239,9 +259,10 @@ impl Engine<'_> {
                     Step::Woken => timelines.waker(cur, t - 1),
                     _ => None,
                 };
-                let handed_over = if ends { self.handover(cur, t, timelines, &steps, interval_us) } else { None };
+                let handed_over =
+                    if ends { self.handover(cur, t, timelines, &steps, interval_us, &pool_of) } else { None };
                 let next = woke.or(served).or(handed_over).or_else(|| match step {
-                    Step::Woken => self.waker(cur, t, timelines, &steps, interval_us),
+                    Step::Woken => self.waker(cur, t, timelines, &steps, interval_us, &pool_of),
                     _ => None,
                 });
                 if let Some(next) = next {
@@ -288,7 +309,7 @@ impl Engine<'_> {
                 {
                     j += 1;
                 }
-                if self.handover(thread, samples[j].1, timelines, &steps, interval_us).is_some() {
+                if self.handover(thread, samples[j].1, timelines, &steps, interval_us, &pool_of).is_some() {
                     answered.extend(samples[k..=j].iter().map(|&(_, _, i)| i));
                 }
                 k = j + 1;
@@ -305,6 +326,7 @@ impl Engine<'_> {
             }
         }
         let mut own: Vec<(HashMap<usize, u64>, u64)> = Vec::new();
+        let mut own_threads: Vec<usize> = Vec::new();
         let mut gil: HashMap<u32, (HashMap<usize, u64>, u64)> = HashMap::new();
         let mut running: (HashMap<usize, u64>, u64) = (HashMap::new(), 0);
         for (thread, samples) in timelines.by_thread.iter().enumerate() {
@@ -344,6 +366,7 @@ impl Engine<'_> {
             }
             if waited_for {
                 own.push(mine);
+                own_threads.push(thread);
             }
         }
         let mut sources: HashMap<(&str, u32), usize> = HashMap::new();
@@ -363,11 +386,72 @@ impl Engine<'_> {
             length_us: end_us.saturating_sub(start_us).saturating_sub(gaps_us) + self.unsampled_head() * interval_us,
             on_path,
             own,
+            pools: {
+                let mut by_pool: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+                for (k, &thread) in own_threads.iter().enumerate() {
+                    if let Some(p) = pool_of[thread] {
+                        by_pool.entry(p).or_default().push(k);
+                    }
+                }
+                by_pool.into_values().filter(|p| p.len() >= 2).collect()
+            },
             gil: gil.into_values().collect(),
             running,
             cpus: opts.cpus,
             interval_us,
         })
+    }
+
+    /// Threads that take their items from one queue: they wait for work between items (a
+    /// worker parked on an empty queue, an executor's idle worker) and run the same code of the
+    /// user's (their root-most user function), in one process. While a slow producer feeds them,
+    /// whichever is free takes the next item, so one may have done four times another's share;
+    /// once the producer is fast, the items are shared out anew. And one of them never wakes
+    /// another from the queue: the producer does. Returned as each thread's pool, for pools of
+    /// two threads or more; the main thread is in none. A static partition (each thread given
+    /// its slice at start, a fork/join) never waits for work and is left as it is: its busiest
+    /// thread stays the bound.
+    fn queue_pools(&mut self, timelines: &Timelines, main: usize) -> Vec<Option<usize>> {
+        let profile = self.profile;
+        let nthreads = timelines.by_thread.len();
+        let mut pools: HashMap<(u32, String, String), Vec<usize>> = HashMap::new();
+        for (thread, samples) in timelines.by_thread.iter().enumerate() {
+            if thread == main {
+                continue;
+            }
+            let waits_for_work = samples.iter().any(|&(_, _, i)| self.takes_from_queue(profile.samples[i].stack));
+            if !waits_for_work {
+                continue;
+            }
+            // The user function the thread runs its items in, named by its first line read.
+            let entry = samples.iter().find_map(|&(_, _, i)| {
+                let frames = profile.stack_frames_root_first(profile.samples[i].stack);
+                frames.into_iter().find(|&f| self.frame(f).origin == Origin::User)
+            });
+            let Some(entry) = entry else { continue };
+            let f = profile.frame(entry);
+            let key = (profile.threads()[thread].pid, f.file.clone(), f.function.clone());
+            pools.entry(key).or_default().push(thread);
+        }
+        let mut members: Vec<Vec<usize>> = pools.into_values().filter(|p| p.len() >= 2).collect();
+        members.sort();
+        let mut pool_of = vec![None; nthreads];
+        for (id, pool) in members.iter().enumerate() {
+            for &thread in pool {
+                pool_of[thread] = Some(id);
+            }
+        }
+        pool_of
+    }
+
+    /// Whether the stack waits for its next item from a queue workers share (the kb's
+    /// `shared_queue`): any frame of it, since the innermost may be the condition it waits on.
+    fn takes_from_queue(&mut self, stack: Option<StackId>) -> bool {
+        if self.parked(stack).is_none() {
+            return false;
+        }
+        let frames: Vec<FrameId> = self.profile.stack_frames_leaf_first(stack).collect();
+        frames.into_iter().any(|f| self.frame(f).idle.is_some_and(|e| self.kb.entries[e as usize].spec.shared_queue))
     }
 
     /// Threads of one process that call each other synchronously (a client and a server thread
@@ -452,11 +536,13 @@ impl Engine<'_> {
         timelines: &Timelines,
         steps: &[Step],
         interval_us: u64,
+        pool_of: &[Option<usize>],
     ) -> Option<usize> {
         let threads = self.profile.threads();
         let pid = threads[thread].pid;
         let mut handed_over = (0..timelines.by_thread.len()).filter(|&o| {
             o != thread
+                && !same_pool(pool_of, o, thread)
                 && threads[o].pid == pid
                 && timelines.at(o, t - 1).is_some_and(|i| matches!(steps[i], Step::Own(Some(_))))
                 && match timelines.at(o, t + interval_us / 2) {
@@ -471,11 +557,20 @@ impl Engine<'_> {
     /// The thread that woke `thread`, whose wait ended at `t`, when none handed over (see
     /// [`Engine::handover`]): of the other threads doing work just before `t`, the one that
     /// worked the most in the ticks before.
-    fn waker(&self, thread: usize, t: u64, timelines: &Timelines, steps: &[Step], interval_us: u64) -> Option<usize> {
+    fn waker(
+        &self,
+        thread: usize,
+        t: u64,
+        timelines: &Timelines,
+        steps: &[Step],
+        interval_us: u64,
+        pool_of: &[Option<usize>],
+    ) -> Option<usize> {
         let working =
             |o: usize, at: u64| timelines.at(o, at).is_some_and(|i| matches!(steps[i], Step::Own(_) | Step::Io(_)));
-        let candidates: Vec<usize> =
-            (0..timelines.by_thread.len()).filter(|&o| o != thread && working(o, t - 1)).collect();
+        let candidates: Vec<usize> = (0..timelines.by_thread.len())
+            .filter(|&o| o != thread && !same_pool(pool_of, o, thread) && working(o, t - 1))
+            .collect();
         candidates.into_iter().max_by_key(|&o| {
             (1..=LOOKBACK_TICKS).filter(|k| t > k * interval_us && working(o, t - k * interval_us)).count()
         })

@@ -86,6 +86,45 @@ fn a_main_thread_that_the_workers_overlap_gains_by_its_path_not_by_its_share() {
 }
 
 #[test]
+fn workers_that_took_uneven_shares_of_a_queue_share_them_anew_once_the_producer_is_fast() {
+    // As above, but one worker took half of the uploads while a slow producer fed them one at a
+    // time (whichever is free takes the next item). Once the producer is fast, the eight share
+    // them out: the pool's 240 ticks over 8 stay, not the busiest worker's 100.
+    let (dir, app) = write_app(
+        "pool",
+        "import csv, queue, time\n\ndef main(lines):\n    for line in lines:\n        d = csv.Sniffer().sniff(line)\n        q.put(line)\n\ndef upload(q):\n    while True:\n        batch = q.get()\n        time.sleep(0.01)\n",
+    );
+    let sniffer = ("Sniffer.sniff", &*format!("{LIB}/csv.py"), 180);
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let get = ("Queue.get", &*format!("{LIB}/queue.py"), 171);
+    let mut b = Builder::new();
+    ended(&mut b);
+    for tick in 0..200u64 {
+        if tick % 10 == 9 {
+            b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 6)]);
+        } else {
+            b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 5), sniffer]);
+        }
+        for w in 2..10u64 {
+            let uploading = if w == 2 { tick % 2 == 0 } else { (tick + w) % 10 == 0 };
+            if uploading {
+                b.add(w, tick * 10, false, &[worker, ("upload", &app, 11)]);
+            } else {
+                b.add(w, tick * 10, false, &[worker, ("upload", &app, 10), get]);
+            }
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = d.findings.iter().find(|f| f.line == 5).unwrap();
+    assert_eq!(f.gain_basis, GainBasis::CriticalPath, "{f:?}");
+    // 200 ticks; the sniffing's 180 go; 240 / 8 = 30 ticks of uploads stay: 6.7x (the busiest
+    // worker's 100 would say 2x).
+    let gain = f.max_speedup.unwrap();
+    assert!((gain - 200.0 / 30.0).abs() < 0.4, "{gain} {f:?}");
+}
+
+#[test]
 fn the_gain_of_a_thread_the_end_does_not_wait_for_is_nothing() {
     // Coz's fork/join toy: main joins two workers; one computes for 2 s, the other for 1 s. The
     // shorter one's line holds a third of the busy time, yet removing it gains nothing.
