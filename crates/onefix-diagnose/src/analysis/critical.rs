@@ -284,6 +284,23 @@ impl Engine<'_> {
                 Step::Idle => None,
             };
             let from = sample_start.max(start_us).min(t);
+            // A wait read as one sample over several ticks (identical reads are merged) ended
+            // somewhere inside it, and the thread that ended it may have stopped working just
+            // before its end: a joined thread's last reads. The path goes to the thread that
+            // worked last within the sample, from where it stopped.
+            let last = match step {
+                Step::Woken if switches <= nthreads => self.last_worker(cur, (from, t), timelines, &steps, &pool_of),
+                _ => None,
+            };
+            if let Some((next, stopped)) = last {
+                if let Some(line) = charged {
+                    *on_path.entry(line).or_default() += t - stopped;
+                }
+                t = stopped;
+                cur = next;
+                switches = 0;
+                continue;
+            }
             if let Some(line) = charged {
                 *on_path.entry(line).or_default() += t - from;
             }
@@ -442,6 +459,34 @@ impl Engine<'_> {
             }
         }
         pool_of
+    }
+
+    /// The thread other than `thread` (and its pool) whose work ended last within `(from, to)`,
+    /// and when: a working read (its own time or an outside wait) that ended in the span.
+    fn last_worker(
+        &self,
+        thread: usize,
+        (from, to): (u64, u64),
+        timelines: &Timelines,
+        steps: &[Step],
+        pool_of: &[Option<usize>],
+    ) -> Option<(usize, u64)> {
+        let threads = self.profile.threads();
+        let pid = threads[thread].pid;
+        (0..timelines.by_thread.len())
+            .filter(|&o| o != thread && threads[o].pid == pid && !same_pool(pool_of, o, thread))
+            .filter_map(|o| {
+                let line = &timelines.by_thread[o];
+                let before = line.partition_point(|&(start, _, _)| start < to);
+                line[..before]
+                    .iter()
+                    .rev()
+                    .take_while(|&&(_, end, _)| end > from)
+                    .find(|&&(_, _, i)| matches!(steps[i], Step::Own(_) | Step::Io(_)))
+                    .map(|&(_, end, _)| (o, end.min(to)))
+            })
+            .filter(|&(_, end)| end > from && end < to)
+            .max_by_key(|&(o, end)| (end, std::cmp::Reverse(o)))
     }
 
     /// Whether the stack waits for its next item from a queue workers share (the kb's

@@ -125,6 +125,36 @@ fn workers_that_took_uneven_shares_of_a_queue_share_them_anew_once_the_producer_
 }
 
 #[test]
+fn a_join_read_as_one_merged_sample_ends_where_the_joined_thread_stopped() {
+    // The main thread joins a worker; identical reads of the join are merged into samples of
+    // ten ticks, the last of five. The worker's last read ends at 940 ms, inside the join's last
+    // sample (900-950 ms), with no read of it at 949 ms: the path still goes to it there.
+    let (dir, app) = write_app(
+        "merged",
+        "import threading\n\ndef work():\n    return crunch()\n\nt = threading.Thread(target=work)\nt.start()\nt.join()\n",
+    );
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let join = ("Thread.join", &*format!("{LIB}/threading.py"), 1112);
+    let mut b = Builder::new();
+    ended(&mut b);
+    for tick in 0..94u64 {
+        b.add(2, tick * 10, true, &[worker, ("work", &app, 4)]);
+    }
+    for start in (0..100u64).step_by(10) {
+        b.add(1, start * 10, false, &[("<module>", &app, 8), join]);
+        b.p.samples.last_mut().unwrap().weight = if start == 90 { 5 } else { 10 };
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = d.findings.iter().find(|f| f.line == 4).unwrap();
+    assert_eq!(f.gain_basis, GainBasis::CriticalPath, "{f:?}");
+    // 950 ms end to end; the work's 940 ms go, 10 ms of the join stay (a tick at least): 95x.
+    // Stopping at the merged sample's start instead would leave 50 ms: 19x.
+    let gain = f.max_speedup.unwrap();
+    assert!(gain > 60.0, "{gain} {f:?}");
+}
+
+#[test]
 fn the_gain_of_a_thread_the_end_does_not_wait_for_is_nothing() {
     // Coz's fork/join toy: main joins two workers; one computes for 2 s, the other for 1 s. The
     // shorter one's line holds a third of the busy time, yet removing it gains nothing.
