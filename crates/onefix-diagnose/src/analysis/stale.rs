@@ -10,9 +10,12 @@
 //! loop's lines held 33 reads where the loop's own clock measured 21.
 //!
 //! Such a read is recognised in the source: its line does not name the function it appears to
-//! call, and exactly one other line of the same function calls that function by name and is read
-//! calling it at least [`CALLER_MARGIN`] times as often. It is charged to that line in the
-//! profile itself, so that every writer counts what the diagnosis counts (as
+//! call. When exactly one other line of the same function calls that function by name and is
+//! read calling it at least [`CALLER_MARGIN`] times as often, the read is that line's. Otherwise,
+//! when the other reads of its innermost frame (at least as many again, four times over) were
+//! nearly all at one other line, the read takes their stack: a generator expression's frame can
+//! sit where the returned call's frame was, so the read shows `sum(k * k for k in ...)` calling
+//! the TOML parser. The reads are charged so in the profile itself, so that every writer counts what the diagnosis counts (as
 //! [`settle_running`](super::settle_running) does for CPU time). How much moved is kept as the
 //! `stale-reads` attachment, which the diagnosis reports as a note.
 
@@ -66,34 +69,44 @@ pub fn settle_stale_reads(profile: &mut Profile, user: &UserCode) -> u64 {
     {
         return 0;
     }
-    let moves = stale_callers(profile, user);
-    if moves.is_empty() {
-        return 0;
+    let mut source = SourceCache::default();
+    let moves = stale_callers(profile, user, &mut source);
+    let mut by_stack: HashMap<StackId, u64> = HashMap::new();
+    for s in &profile.samples {
+        if let Some(stack) = s.stack {
+            *by_stack.entry(stack).or_default() += s.weight as u64;
+        }
     }
+    let mut stacks: Vec<StackId> = by_stack.keys().copied().collect();
+    stacks.sort_unstable();
+    // A line read calling what another line of its function calls: that line's.
     let mut rewritten: HashMap<StackId, StackId> = HashMap::new();
-    let mut moved = 0u64;
-    for i in 0..profile.samples.len() {
-        let Some(stack) = profile.samples[i].stack else { continue };
-        let new = match rewritten.get(&stack) {
-            Some(&s) => s,
-            None => {
-                let mut frames = profile.stack_frames_root_first(Some(stack));
-                let mut changed = false;
-                for k in 0..frames.len().saturating_sub(1) {
-                    let callee = callee_key(profile, frames[k + 1]);
-                    if let Some(&to) = moves.get(&(frames[k], callee)) {
-                        frames[k] = to;
-                        changed = true;
-                    }
-                }
-                let s = if changed { profile.intern_stack(frames).unwrap_or(stack) } else { stack };
-                rewritten.insert(stack, s);
-                s
+    for &stack in &stacks {
+        let mut frames = profile.stack_frames_root_first(Some(stack));
+        let mut changed = false;
+        for k in 0..frames.len().saturating_sub(1) {
+            let callee = callee_key(profile, frames[k + 1]);
+            if let Some(&to) = moves.get(&(frames[k], callee)) {
+                frames[k] = to;
+                changed = true;
             }
-        };
-        if new != stack {
-            profile.samples[i].stack = Some(new);
-            moved += profile.samples[i].weight as u64;
+        }
+        if changed {
+            if let Some(s) = profile.intern_stack(frames) {
+                rewritten.insert(stack, s);
+            }
+        }
+    }
+    // What is left of such reads goes where the other reads of its innermost frame go.
+    let placed = placed_by_leaf(profile, user, &mut source, &stacks, &by_stack, &rewritten);
+    rewritten.extend(placed);
+    let mut moved = 0u64;
+    for sample in &mut profile.samples {
+        if let Some(&to) = sample.stack.and_then(|s| rewritten.get(&s)) {
+            if Some(to) != sample.stack {
+                sample.stack = Some(to);
+                moved += sample.weight as u64;
+            }
         }
     }
     if moved > 0 {
@@ -118,7 +131,7 @@ fn callee_key(profile: &Profile, frame: FrameId) -> Callee {
 
 /// The (caller frame, callee function) pairs read late, each with the frame of the line that
 /// made the call.
-fn stale_callers(profile: &Profile, user: &UserCode) -> HashMap<(FrameId, Callee), FrameId> {
+fn stale_callers(profile: &Profile, user: &UserCode, source: &mut SourceCache) -> HashMap<(FrameId, Callee), FrameId> {
     let mut by_stack: HashMap<StackId, u64> = HashMap::new();
     for s in &profile.samples {
         if let Some(stack) = s.stack {
@@ -147,7 +160,6 @@ fn stale_callers(profile: &Profile, user: &UserCode) -> HashMap<(FrameId, Callee
         let f = profile.frame(*caller);
         callers.entry((f.file.as_str(), f.function.as_str(), callee)).or_default().push((*caller, w));
     }
-    let mut source = SourceCache::default();
     let mut code = |frame: FrameId| -> Option<String> {
         let f = profile.frame(frame);
         let path = user.resolve(&f.file)?;
@@ -175,6 +187,96 @@ fn stale_callers(profile: &Profile, user: &UserCode) -> HashMap<(FrameId, Callee
         }
     }
     moves
+}
+
+/// Reads whose deepest user line does not name the function it is read calling, and whose
+/// innermost frame the other reads place at one other line (90% of them, at least
+/// [`CALLER_MARGIN`] times as many): the read's inner frames are an earlier call's, read before
+/// the frames above them moved on (a generator expression's frame now where the call's was), and
+/// the read is that call's. Each is given the commonest of those other reads' stacks. A line that
+/// calls through another name (a callback, a decorator's wrapper) is read so every time, and no
+/// other line's reads outnumber it: it stays.
+fn placed_by_leaf(
+    profile: &mut Profile,
+    user: &UserCode,
+    source: &mut SourceCache,
+    stacks: &[StackId],
+    by_stack: &HashMap<StackId, u64>,
+    rewritten: &HashMap<StackId, StackId>,
+) -> HashMap<StackId, StackId> {
+    let mut is_user: HashMap<FrameId, bool> = HashMap::new();
+    // By the innermost frame, its function, its file (as the engine places torn reads): the
+    // other reads' deepest user frame -> (weight, the heaviest stack and its weight).
+    let mut clean: HashMap<LeafKey, HashMap<FrameId, (u64, StackId, u64)>> = HashMap::new();
+    let mut suspects: Vec<(StackId, [LeafKey; 3], FrameId)> = Vec::new();
+    let mut suspect_weight: HashMap<LeafKey, u64> = HashMap::new();
+    for &stack in stacks {
+        let w = by_stack[&stack];
+        let current = rewritten.get(&stack).copied().unwrap_or(stack);
+        let frames = profile.stack_frames_root_first(Some(current));
+        let Some(&leaf) = frames.last() else { continue };
+        let deepest = frames.iter().rposition(|&f| {
+            let frame = profile.frame(f);
+            frame.kind == FrameKind::Python && *is_user.entry(f).or_insert_with(|| user.origin(frame) == Origin::User)
+        });
+        let Some(d) = deepest else { continue };
+        let frontier = frames[d];
+        let unnamed = frames.get(d + 1).is_some_and(|&c| {
+            let callee = profile.frame(c);
+            let Some(name) = (callee.kind == FrameKind::Python).then(|| written_name(&callee.function)).flatten()
+            else {
+                return false;
+            };
+            let f = profile.frame(frontier);
+            user.resolve(&f.file).and_then(|p| source.line(&p, f.line)).is_some_and(|text| !names(&text, name))
+        });
+        let l = profile.frame(leaf);
+        let keys = [
+            LeafKey::Frame(leaf),
+            LeafKey::Function(l.file.clone(), l.function.clone()),
+            LeafKey::File(l.file.clone()),
+        ];
+        if unnamed {
+            for k in &keys {
+                *suspect_weight.entry(k.clone()).or_default() += w;
+            }
+            suspects.push((stack, keys, frontier));
+        } else {
+            for k in keys {
+                let e = clean.entry(k).or_default().entry(frontier).or_insert((0, current, 0));
+                e.0 += w;
+                if w > e.2 {
+                    (e.1, e.2) = (current, w);
+                }
+            }
+        }
+    }
+    let mut placed = HashMap::new();
+    for (stack, keys, frontier) in suspects {
+        // The finest grain with enough other reads decides.
+        let decided = keys.iter().find_map(|k| {
+            let lines = clean.get(k)?;
+            let total: u64 = lines.values().map(|e| e.0).sum();
+            (total >= CALLER_MARGIN * suspect_weight[k]).then_some((lines, total))
+        });
+        let Some((lines, total)) = decided else { continue };
+        let Some((&line, &(w, heaviest, _))) = lines.iter().max_by_key(|(&f, e)| (e.0, std::cmp::Reverse(f))) else {
+            continue;
+        };
+        if line != frontier && w * 10 >= total * 9 {
+            placed.insert(stack, heaviest);
+        }
+    }
+    placed
+}
+
+/// Where a read's innermost frame is placed by the other reads: the frame itself, its function,
+/// its file.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum LeafKey {
+    Frame(FrameId),
+    Function(String, String),
+    File(String),
 }
 
 #[cfg(test)]
@@ -284,6 +386,37 @@ mod tests {
         assert_eq!(settle_stale_reads(&mut p, &user), 3);
         assert_eq!(weight_at(&p, &file, 3, Some("Tariff.price")), 20);
         assert_eq!(weight_at(&p, &file, 2, Some("Tariff.__init__")), 43);
+    }
+
+    #[test]
+    fn a_read_whose_inner_frames_are_an_earlier_calls_goes_where_that_calls_reads_go() {
+        // Line 3's generator expression took the frame slot of the `loads` call of line 2: the
+        // read shows it calling the parser's `skip_chars`, which only `loads` reaches.
+        let src = "for job in jobs:\n    config = tomllib.loads(text)\n    n += sum(k * k for k in range(4000))\n";
+        let (dir, file) = app("leaf", src);
+        let parser = "/usr/lib/python3.11/tomllib/_parser.py";
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 2), ("loads", parser, 40), ("skip_chars", parser, 300)], 40);
+        add(&mut p, &[("<module>", &file, 3), ("<genexpr>", &file, 3), ("skip_chars", parser, 300)], 5);
+        add(&mut p, &[("<module>", &file, 3), ("<genexpr>", &file, 3)], 20);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 5);
+        assert_eq!(weight_at(&p, &file, 2, Some("loads")), 45);
+        assert_eq!(weight_at(&p, &file, 3, Some("<genexpr>")), 20);
+    }
+
+    #[test]
+    fn a_callback_read_through_another_name_every_time_stays() {
+        // `handler(x)` calls `on_data`; no other line's reads reach its frames.
+        let src = "handler = on_data\nfor x in feed:\n    handler(x)\n    n += 1\n";
+        let (dir, file) = app("callback", src);
+        let lib = "/usr/lib/python3.11/json/decoder.py";
+        let mut p = Profile::new(Meta::default());
+        add(&mut p, &[("<module>", &file, 3), ("on_data", lib, 12)], 40);
+        add(&mut p, &[("<module>", &file, 4)], 4);
+        let user = UserCode::new([&dir], Some(Path::new(&dir)));
+        assert_eq!(settle_stale_reads(&mut p, &user), 0);
+        assert_eq!(weight_at(&p, &file, 3, Some("on_data")), 40);
     }
 
     #[test]
