@@ -48,12 +48,12 @@ fn a_thread_queuing_for_the_gil_is_charged_to_the_line_that_holds_it() {
     assert_eq!(without.findings.iter().find(|f| f.line == 12).unwrap().kind, "blocking-wait");
 }
 
-#[test]
-fn a_main_thread_that_the_workers_overlap_gains_by_its_path_not_by_its_share() {
-    // The main thread sniffs 90% of the run and queues a batch the rest; eight workers wait
-    // on the queue and sleep a fifth of the run (an upload).
+/// The sniffing line's finding in a run of 200 ticks where the main thread sniffs 90% of the
+/// time and queues a batch the rest, while eight workers wait on the queue and upload (sleep)
+/// at the ticks `uploading(tick, worker)` says.
+fn sniffing_beside_uploaders(tag: &str, uploading: impl Fn(u64, u64) -> bool) -> Finding {
     let (dir, app) = write_app(
-        "path",
+        tag,
         "import csv, queue, time\n\ndef main(lines):\n    for line in lines:\n        d = csv.Sniffer().sniff(line)\n        q.put(line)\n\ndef upload(q):\n    while True:\n        batch = q.get()\n        time.sleep(0.01)\n",
     );
     let sniffer = ("Sniffer.sniff", &*format!("{LIB}/csv.py"), 180);
@@ -68,7 +68,7 @@ fn a_main_thread_that_the_workers_overlap_gains_by_its_path_not_by_its_share() {
             b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 5), sniffer]);
         }
         for w in 2..10u64 {
-            if (tick + w) % 5 == 0 {
+            if uploading(tick, w) {
                 b.add(w, tick * 10, false, &[worker, ("upload", &app, 11)]);
             } else {
                 b.add(w, tick * 10, false, &[worker, ("upload", &app, 10), get]);
@@ -77,8 +77,15 @@ fn a_main_thread_that_the_workers_overlap_gains_by_its_path_not_by_its_share() {
     }
     let d = b.diagnose(dir.to_str().unwrap());
     std::fs::remove_dir_all(&dir).unwrap();
-    let f = d.findings.iter().find(|f| f.line == 5).unwrap();
+    let f = d.findings.iter().find(|f| f.line == 5).unwrap().clone();
     assert_eq!(f.gain_basis, GainBasis::CriticalPath, "{f:?}");
+    f
+}
+
+#[test]
+fn a_main_thread_that_the_workers_overlap_gains_by_its_path_not_by_its_share() {
+    // Each worker uploads a fifth of the run.
+    let f = sniffing_beside_uploaders("path", |tick, w| (tick + w) % 5 == 0);
     // Busy share: 180 of 200 + 8 × 40 ticks, 1.5x. On the path: 180 of 200 ticks, but each
     // worker's own 40 ticks of uploads stay, so 5x.
     let gain = f.max_speedup.unwrap();
@@ -87,37 +94,10 @@ fn a_main_thread_that_the_workers_overlap_gains_by_its_path_not_by_its_share() {
 
 #[test]
 fn workers_that_took_uneven_shares_of_a_queue_share_them_anew_once_the_producer_is_fast() {
-    // As above, but one worker took half of the uploads while a slow producer fed them one at a
-    // time (whichever is free takes the next item). Once the producer is fast, the eight share
-    // them out: the pool's 240 ticks over 8 stay, not the busiest worker's 100.
-    let (dir, app) = write_app(
-        "pool",
-        "import csv, queue, time\n\ndef main(lines):\n    for line in lines:\n        d = csv.Sniffer().sniff(line)\n        q.put(line)\n\ndef upload(q):\n    while True:\n        batch = q.get()\n        time.sleep(0.01)\n",
-    );
-    let sniffer = ("Sniffer.sniff", &*format!("{LIB}/csv.py"), 180);
-    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
-    let get = ("Queue.get", &*format!("{LIB}/queue.py"), 171);
-    let mut b = Builder::new();
-    ended(&mut b);
-    for tick in 0..200u64 {
-        if tick % 10 == 9 {
-            b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 6)]);
-        } else {
-            b.add(1, tick * 10, true, &[("<module>", &app, 20), ("main", &app, 5), sniffer]);
-        }
-        for w in 2..10u64 {
-            let uploading = if w == 2 { tick % 2 == 0 } else { (tick + w) % 10 == 0 };
-            if uploading {
-                b.add(w, tick * 10, false, &[worker, ("upload", &app, 11)]);
-            } else {
-                b.add(w, tick * 10, false, &[worker, ("upload", &app, 10), get]);
-            }
-        }
-    }
-    let d = b.diagnose(dir.to_str().unwrap());
-    std::fs::remove_dir_all(&dir).unwrap();
-    let f = d.findings.iter().find(|f| f.line == 5).unwrap();
-    assert_eq!(f.gain_basis, GainBasis::CriticalPath, "{f:?}");
+    // One worker took half of the uploads while a slow producer fed them one at a time
+    // (whichever is free takes the next item). Once the producer is fast, the eight share them
+    // out: the pool's 240 ticks over 8 stay, not the busiest worker's 100.
+    let f = sniffing_beside_uploaders("pool", |tick, w| if w == 2 { tick % 2 == 0 } else { (tick + w) % 10 == 0 });
     // 200 ticks; the sniffing's 180 go; 240 / 8 = 30 ticks of uploads stay: 6.7x (the busiest
     // worker's 100 would say 2x).
     let gain = f.max_speedup.unwrap();
