@@ -107,6 +107,22 @@ fn opens_body_run_elsewhere(t: &str) -> bool {
     go_literal || (handed_off && (t.ends_with('{') || t.ends_with('(')))
 }
 
+/// The name a call of `function` (a Python frame's function, qualified or not) is written with
+/// in its caller's source: the function's own name, or for a constructor its class's name.
+/// `None` for names no call spells out: comprehensions, lambdas, module bodies and the other
+/// special methods (`__getitem__`, `__enter__`, ...), which operators and statements call.
+pub fn written_name(function: &str) -> Option<&str> {
+    let mut parts = function.rsplit('.');
+    let last = parts.next()?;
+    let name = match last {
+        "__init__" | "__new__" => parts.next()?,
+        _ => last,
+    };
+    let identifier = name.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
+    (identifier && !name.starts_with("__")).then_some(name)
+}
+
 /// Names called on a line of source: `ctx.load_verify_locations(cafile)` gives
 /// `ctx.load_verify_locations` and `load_verify_locations`.
 pub fn called_names(code: &str) -> Vec<String> {

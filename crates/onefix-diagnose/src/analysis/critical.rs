@@ -372,7 +372,9 @@ impl Engine<'_> {
                         *running.0.entry(l).or_default() += on_cpu;
                     }
                     running.1 += on_cpu;
-                    if s.state.gil() {
+                    // The GIL held going into or out of a wait on another thread (edges.rs)
+                    // is the wait's hand-over, gone once the thread no longer waits.
+                    if s.state.gil() && self.parked(s.stack).is_none() {
                         let g = gil.entry(profile.threads()[thread].pid).or_default();
                         if let Some(l) = line {
                             *g.0.entry(l).or_default() += d;

@@ -19,6 +19,7 @@ mod carry;
 mod charge;
 mod construct;
 mod critical;
+mod edges;
 mod explain;
 mod facts;
 mod growth;
@@ -278,6 +279,9 @@ impl Engine<'_> {
         let end_us = profile.samples.iter().map(|s| s.time_us).max().unwrap_or(0);
         let window_us = if end_us >= 10_000_000 { 1_000_000 } else { (end_us / 10).max(onefix_model::MERGE_SPAN_US) };
         let nwindows = (end_us / window_us + 1) as usize;
+
+        // Reads at the edges of a wait on another thread are the wait's (edges.rs).
+        self.settle_wait_edges();
 
         // Pass 1: which threads work, and which only sleep beside them (threads.rs).
         let threads::ThreadClasses { works, background } = self.classify_threads(mode);

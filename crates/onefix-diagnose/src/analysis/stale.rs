@@ -24,29 +24,13 @@ use std::collections::HashMap;
 use onefix_model::attachments::{StaleReads, IMPORTED, STALE_READS};
 use onefix_model::{FrameId, FrameKind, Language, Profile, StackId, WeightUnit};
 
-use crate::names::{called_names, SourceCache};
+use crate::names::{called_names, written_name, SourceCache};
 use crate::origin::{Origin, UserCode};
 
 /// The line that names the callee must be read calling it at least this many times as often as
 /// the line that does not: a read caught late is a small fraction of the call's reads, while a
 /// call made through another name (a local bound to the function) is not.
 const CALLER_MARGIN: u64 = 4;
-
-/// The name a call of `function` (a Python frame's function, qualified or not) is written with
-/// in its caller's source: the function's own name, or for a constructor its class's name.
-/// `None` for names no call spells out: comprehensions, lambdas, module bodies and the other
-/// special methods (`__getitem__`, `__enter__`, ...), which operators and statements call.
-fn written_name(function: &str) -> Option<&str> {
-    let mut parts = function.rsplit('.');
-    let last = parts.next()?;
-    let name = match last {
-        "__init__" | "__new__" => parts.next()?,
-        _ => last,
-    };
-    let identifier = name.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_alphanumeric() || c == '_');
-    (identifier && !name.starts_with("__")).then_some(name)
-}
 
 /// Whether `word` appears in `code` as a whole identifier.
 fn names(code: &str, word: &str) -> bool {

@@ -220,6 +220,11 @@ impl Engine<'_> {
                 } else {
                     None
                 };
+                // A holder at the edge of its own wait on another thread (edges.rs) holds the
+                // GIL for that wait, not for work of its line: the waiter's time stays its own.
+                if self.parked(h.stack).is_some() {
+                    break;
+                }
                 match (self.line_of(h.stack), next) {
                     // Waiting at the same line: no cause found elsewhere.
                     (Some(line), Some(_)) if line == waited_at => break,

@@ -236,3 +236,57 @@ fn a_caller_and_the_thread_it_hands_work_to_take_turns_faster_than_a_tick() {
     assert_eq!(table.rank, 1, "{:?}", d.findings);
     assert!(table.max_speedup.unwrap() > 4.0, "{table:?}");
 }
+
+/// A producer whose per-item line is slow, a consumer that waits on the queue for each item.
+/// `edge_line` is the consumer's line read at the edges of its wait (with no frame of the wait
+/// beneath it), holding the GIL while the producer queues for it.
+fn feeding_a_consumer(tag: &str, consumer_line: &str) -> Diagnosis {
+    let (dir, app) = write_app(
+        tag,
+        &format!("import queue\n\ndef produce(q, texts):\n    for t in texts:\n        item = sorted(t.split())\n        q.put(item)\n\ndef consume(q):\n    while True:\n{consumer_line}\n        tally(item)\n"),
+    );
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let get = ("Queue.get", &*format!("{LIB}/queue.py"), 171);
+    let wait = ("Condition.wait", &*format!("{LIB}/threading.py"), 327);
+    let join = ("Thread.join", &*format!("{LIB}/threading.py"), 1112);
+    let (holding, queuing) = (ThreadState::new(true, true), ThreadState::new(false, false).with_futex(true));
+    let mut b = Builder::new();
+    ended(&mut b);
+    for tick in 0..200u64 {
+        b.add(1, tick * 10, false, &[("<module>", &app, 14), join]);
+        let (producer, consumer, consumer_stack): (_, _, &[(&str, &str, u32)]) = match tick % 10 {
+            // The consumer back from its wait, the producer queuing for the GIL behind it.
+            3 => (queuing, holding, &[worker, ("consume", &app, 10)]),
+            // The consumer's work on the item.
+            7 => (queuing, holding, &[worker, ("consume", &app, 11)]),
+            _ => (holding, queuing, &[worker, ("consume", &app, 10), get, wait]),
+        };
+        b.add_in(2, tick * 10, producer, &[worker, ("produce", &app, 5)]);
+        b.add_in(3, tick * 10, consumer, consumer_stack);
+    }
+    b.add(3, 2000, true, &[worker, ("consume", &app, 11)]);
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    d
+}
+
+#[test]
+fn reads_at_the_edges_of_a_wait_on_the_queue_are_the_wait_not_the_consumers_work() {
+    let d = feeding_a_consumer("edges", "        item = q.get()");
+    let f = d.findings.iter().find(|f| f.line == 5).unwrap();
+    assert_eq!(f.gain_basis, GainBasis::CriticalPath, "{f:?}");
+    // 201 ticks end to end. The producer's 160 ticks go, and with them its 20 ticks of queuing
+    // behind the consumer's returns from the queue, which only a slow producer causes: the
+    // consumer's 21 ticks of work stay, 9.6x. Taken for the consumer's work, the returns
+    // would stay too: 201 / 41, 4.9x.
+    let gain = f.max_speedup.unwrap();
+    assert!((gain - 201.0 / 21.0).abs() < 0.5, "{gain} {f:?}");
+    assert!(d.findings.iter().all(|f| f.line != 10), "{:?}", d.findings);
+    assert!(d.hot_lines.iter().all(|h| h.line != 10 || h.self_share < 0.01), "{:?}", d.hot_lines);
+
+    // A line that also calls something else may be doing that: its reads stay its own.
+    let d = feeding_a_consumer("edges-call", "        item = decode(q.get())");
+    let gain = d.findings.iter().find(|f| f.line == 5).unwrap().max_speedup.unwrap();
+    assert!((gain - 201.0 / 41.0).abs() < 0.3, "{gain}");
+    assert!(d.hot_lines.iter().any(|h| h.line == 10 && h.self_share > 0.09), "{:?}", d.hot_lines);
+}
