@@ -35,7 +35,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("lazy-setup-no-bound", &["line"]),
     ("single-wait", &[]),
     ("cpu-cap", &["why", "cpu_seconds", "stretch_seconds", "cpus", "cap"]),
-    ("holds-lock", &["why", "fix", "lock_at", "waits_percent"]),
+    ("holds-lock", &["why", "fix", "lock_at", "held_at", "waits_percent"]),
     ("holds-gil", &["why", "fix", "waits_percent"]),
     ("repeated-walk", &["walk_at", "walk_code", "function", "part"]),
     ("loop-iteration", &["loop_at", "lines", "parts"]),

@@ -170,6 +170,8 @@ pub struct SourceCache {
     files: HashMap<PathBuf, Option<Vec<String>>>,
     /// [`SourceCache::resolved_calls`] by line: asked once per stack, read once per line.
     resolved: HashMap<(PathBuf, u32), Vec<String>>,
+    /// [`SourceCache::same_lock_blocks`] by line: asked once per wait.
+    same_lock: HashMap<(PathBuf, u32), Vec<(u32, u32)>>,
 }
 
 impl SourceCache {
@@ -340,6 +342,34 @@ impl SourceCache {
             return (end > idx + 1).then_some((line + 1, end as u32));
         }
         native_held_block(lines, idx).map(|(first, last)| (first as u32 + 1, last as u32 + 1))
+    }
+
+    /// The other places in the file of `line` that take the lock `line` takes, as the blocks
+    /// they hold it over: a class's lock taken by `with self._lock:` in `get` and in `put` is one
+    /// lock, so a thread waiting at one waits for a thread inside any of them. Python only (`with
+    /// X:` and `X.acquire()`, the same `X` spelled the same way); empty when the line takes no
+    /// lock so.
+    pub fn same_lock_blocks(&mut self, path: &Path, line: u32) -> Vec<(u32, u32)> {
+        if let Some(known) = self.same_lock.get(&(path.to_path_buf(), line)) {
+            return known.clone();
+        }
+        let blocks = self.find_same_lock_blocks(path, line);
+        self.same_lock.insert((path.to_path_buf(), line), blocks.clone());
+        blocks
+    }
+
+    fn find_same_lock_blocks(&mut self, path: &Path, line: u32) -> Vec<(u32, u32)> {
+        let Some(lock) = self.line(path, line).as_deref().and_then(python_lock_taken).map(str::to_owned) else {
+            return Vec::new();
+        };
+        let others: Vec<u32> = match self.lines(path) {
+            Some(lines) => (0..lines.len())
+                .filter(|&i| i + 1 != line as usize && python_lock_taken(lines[i].trim()) == Some(lock.as_str()))
+                .map(|i| i as u32 + 1)
+                .collect(),
+            None => Vec::new(),
+        };
+        others.into_iter().filter_map(|at| self.held_block(path, at)).collect()
     }
 
     /// The line above `line`, within the same function, that assigns `name` from a call
@@ -704,6 +734,18 @@ fn native_held_block(lines: &[String], idx: usize) -> Option<(usize, usize)> {
     first_unlock.filter(|&i| i > idx + 1).map(|i| (idx + 1, i - 1))
 }
 
+/// The lock a Python line takes: `X` of `with X:` or `X.acquire()` (trimmed code). A `with`
+/// of a call (`with open(p) as f:`) or of several items takes none that can be told apart.
+fn python_lock_taken(code: &str) -> Option<&str> {
+    let t = code.split('#').next().unwrap_or(code).trim();
+    let lock = match t.strip_prefix("with ").and_then(|r| r.strip_suffix(':')) {
+        Some(expr) => expr.trim(),
+        None => t.strip_suffix(".acquire()")?.trim(),
+    };
+    let plain = !lock.is_empty() && lock.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+    plain.then_some(lock)
+}
+
 fn indentation(line: &str) -> usize {
     line.chars().take_while(|c| c.is_whitespace()).map(|c| if c == '\t' { 8 } else { 1 }).sum()
 }
@@ -892,6 +934,10 @@ mod tests {
         assert_eq!(src.held_block(&locked, 10), Some((11, 11)));
         assert_eq!(src.held_block(&locked, 7), None);
         assert_eq!(src.held_block(&locked, 15), Some((16, 16)), "a comment after the colon");
+        // One lock taken in three places, by `with` and by acquire.
+        assert_eq!(src.same_lock_blocks(&locked, 2), vec![(11, 11), (16, 16)]);
+        assert_eq!(src.same_lock_blocks(&locked, 10), vec![(3, 6), (16, 16)]);
+        assert_eq!(src.same_lock_blocks(&locked, 7), vec![], "no lock taken there");
         // Native locks: a pthread pair (the unlock at the same indentation, not the early one
         // in an error branch), Go's defer, C++ and Rust scoped guards, a Rust temporary guard.
         let c = dir.join("table.c");

@@ -181,6 +181,14 @@ impl Engine<'_> {
         })
     }
 
+    /// Whether a stack runs lines `first..=last` of `file`, in any function.
+    pub(super) fn inside_lines(&self, stack: StackId, file: &str, first: u32, last: u32) -> bool {
+        self.profile.stack_frames_leaf_first(Some(stack)).any(|f| {
+            let f = self.profile.frame(f);
+            f.file == file && (first..=last).contains(&f.line)
+        })
+    }
+
     /// The user line a stack is charged to, if any.
     pub(super) fn line_of(&mut self, stack: Option<StackId>) -> Option<usize> {
         self.stack(stack).and_then(|i| self.stack_facts[i].line)

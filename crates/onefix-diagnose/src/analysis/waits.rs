@@ -359,9 +359,24 @@ impl Engine<'_> {
                     Some((frame, first, last))
                 });
                 match block {
-                    Some(block) => others
-                        .into_iter()
-                        .find(|&o| profile.samples[o].stack.is_some_and(|st| self.inside_block(st, block))),
+                    Some(block) => {
+                        let inside = others
+                            .iter()
+                            .copied()
+                            .find(|&o| profile.samples[o].stack.is_some_and(|st| self.inside_block(st, block)));
+                        // Else inside another place of the file that takes the same lock (a
+                        // class's `with self._lock:` in `get` and in `put`).
+                        inside.or_else(|| {
+                            let lock = profile.frame(block.0);
+                            let path = self.user.resolve(&lock.file)?;
+                            let blocks = self.source.same_lock_blocks(&path, lock.line);
+                            others.into_iter().find(|&o| {
+                                profile.samples[o].stack.is_some_and(|st| {
+                                    blocks.iter().any(|&(first, last)| self.inside_lines(st, &lock.file, first, last))
+                                })
+                            })
+                        })
+                    }
                     None => match timelines.waker(s.thread as usize, s.time_us) {
                         // The thread that released the lock ended the wait: it held the lock.
                         Some(w) => {
@@ -383,6 +398,27 @@ impl Engine<'_> {
 }
 
 impl Engine<'_> {
+    /// When line `l` runs under the lock waited for at `lock_line` but taken at another place
+    /// of the same file (see [`crate::names::SourceCache::same_lock_blocks`]), that place's line:
+    /// judged by the stack `l` was read in most.
+    fn held_under(&mut self, l: usize, lock_line: usize) -> Option<u32> {
+        let profile = self.profile;
+        let lock = profile.frame(self.lines[lock_line].frame);
+        let path = self.user.resolve(&lock.file)?;
+        let (stack, _) = self.lines[l].by_stack.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))?.0.to_owned();
+        if let Some((first, last)) = self.source.held_block(&path, lock.line) {
+            if self.inside_lines(stack, &lock.file, first, last) {
+                return None;
+            }
+        }
+        let blocks = self.source.same_lock_blocks(&path, lock.line);
+        // A block starts on the line after the one that takes the lock.
+        blocks
+            .into_iter()
+            .find(|&(first, last)| self.inside_lines(stack, &lock.file, first, last))
+            .map(|(first, _)| first - 1)
+    }
+
     /// Says, in a finding at line `l`, the waits of other threads it caused (charged to it by
     /// [`Engine::wait_for`]): as evidence, in why, and in the fix, which becomes the lock's
     /// when the waits are for a lock.
@@ -427,12 +463,24 @@ impl Engine<'_> {
         if lock >= gil {
             let lock_line = caused.iter().find(|((_, c), _)| *c == Cause::Lock).map(|&((line, _), _)| line).unwrap();
             let (lock_at, _) = place(self, lock_line);
+            // The lock this line runs under may be taken at another place than the waiters'
+            // (`with self._lock:` in `put`, waited for in `get`): the fix is to that place.
+            let held_at = match self.held_under(l, lock_line) {
+                Some(at) => {
+                    let file = &self.profile.frame(self.lines[lock_line].frame).file;
+                    let code = self.code(file, at).map(|c| format!(" `{c}`")).unwrap_or_default();
+                    format!("{}:{at}{code}", short(file))
+                }
+                None => lock_at.clone(),
+            };
             finding.why = b.why(
                 "holds-lock",
                 &[("why", why), ("lock_at", lock_at.clone()), ("waits_percent", waits_percent.clone())],
             );
-            finding.advice =
-                b.fix("holds-lock", &[("fix", fix), ("lock_at", lock_at), ("waits_percent", waits_percent)]);
+            finding.advice = b.fix(
+                "holds-lock",
+                &[("fix", fix), ("lock_at", lock_at), ("held_at", held_at), ("waits_percent", waits_percent)],
+            );
             // A line named only by what it calls is, first of all, what the lock serializes.
             if matches!(finding.kind, Kind::HotCall | Kind::HotLoopCompute | Kind::BlockingWait) {
                 finding.kind = b.kind("holds-lock");

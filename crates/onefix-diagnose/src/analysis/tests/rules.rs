@@ -26,6 +26,32 @@ fn contended_lock(tag: &str) -> (std::path::PathBuf, Builder) {
 }
 
 #[test]
+fn a_lock_taken_in_two_places_charges_the_waits_at_one_to_the_holder_inside_the_other() {
+    // A cache's lock: `put` rebuilds an index under it, `get` waits for it.
+    let (dir, app) = write_app(
+        "two-places",
+        "import threading\nlock = threading.Lock()\n\ndef put(key, v):\n    with lock:\n        cache[key] = v\n        rebuild_index()\n\ndef get(key):\n    with lock:\n        return cache.get(key)\n\ndef rebuild_index():\n    return sorted(cache)\n",
+    );
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let mut b = Builder::new();
+    for tick in 0..100 {
+        b.add(1, tick * 10, true, &[worker, ("put", &app, 7), ("rebuild_index", &app, 14)]);
+        for tid in 2..5 {
+            b.add(tid, tick * 10, false, &[worker, ("get", &app, 10)]);
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!((f.kind.as_str(), f.line), ("lock-contention", 14), "{f:?}");
+    assert!((f.share - 1.0).abs() < 1e-9, "{f:?}");
+    assert!(f.why.contains("other threads wait for that lock at app.py:10 `with lock:` meanwhile: 75%"), "{}", f.why);
+    // The work runs under the lock `put` takes: that is where it must move out of.
+    assert!(f.advice.starts_with("move this work out of the lock taken at app.py:5 `with lock:`"), "{}", f.advice);
+    assert!(d.findings.iter().all(|f| f.line != 10), "{:?}", d.findings);
+}
+
+#[test]
 fn a_contended_lock_is_charged_to_what_its_holder_does_meanwhile() {
     let (dir, b) = contended_lock("held");
     let d = b.diagnose(dir.to_str().unwrap());
