@@ -290,3 +290,51 @@ fn reads_at_the_edges_of_a_wait_on_the_queue_are_the_wait_not_the_consumers_work
     assert!((gain - 201.0 / 41.0).abs() < 0.3, "{gain}");
     assert!(d.hot_lines.iter().any(|h| h.line == 10 && h.self_share > 0.09), "{:?}", d.hot_lines);
 }
+
+#[test]
+fn pool_workers_sleeping_in_their_tasks_are_what_the_submitter_waits_for_not_background_timers() {
+    // The main thread maps a fetch over a pool of 8 and parses each result; the fetch is a
+    // sleep standing in for a remote call. The workers sleep nearly all the time, as a
+    // watchdog does, but in tasks the main thread waits for: the parse overlaps them.
+    let (dir, app) = write_app(
+        "pool-sleep",
+        "import time\nfrom concurrent.futures import ThreadPoolExecutor\n\ndef fetch(i):\n    time.sleep(0.02)\n    return i\n\nfor r in pool.map(fetch, range(400)):\n    total += parse(r)\n",
+    );
+    let threading = format!("{LIB}/threading.py");
+    let futures = format!("{LIB}/concurrent/futures/thread.py");
+    let base = format!("{LIB}/concurrent/futures/_base.py");
+    let mut b = Builder::new();
+    ended(&mut b);
+    for tick in 0..200u64 {
+        if tick % 5 == 0 {
+            b.add(1, tick * 10, true, &[("<module>", &app, 9)]);
+        } else {
+            b.add(
+                1,
+                tick * 10,
+                false,
+                &[
+                    ("<module>", &app, 8),
+                    ("Executor.map.<locals>.result_iterator", &base, 621),
+                    ("Future.result", &base, 451),
+                ],
+            );
+        }
+        for w in 2..10u64 {
+            let task: &[(&str, &str, u32)] = &[
+                ("Thread.run", &threading, 975),
+                ("_worker", &futures, 83),
+                ("_WorkItem.run", &futures, 58),
+                ("fetch", &app, 5),
+            ];
+            b.add(w, tick * 10, false, task);
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    // The fetches are the run: rank 1, on the path. The parse overlaps them and gains nothing
+    // (taken for the only working thread's, its 40 ticks would be all of the busy time).
+    let fetch = &d.findings[0];
+    assert_eq!((fetch.line, fetch.gain_basis), (5, GainBasis::CriticalPath), "{:?}", d.findings);
+    assert!(d.findings.iter().all(|f| f.line != 9 || f.max_speedup.unwrap() < 1.1), "{:?}", d.findings);
+}
