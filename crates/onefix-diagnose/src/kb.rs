@@ -93,6 +93,10 @@ pub struct EntrySpec {
     /// what feeds it gets faster (see the critical path's pools).
     #[serde(default)]
     pub shared_queue: bool,
+    /// The wait is for child processes of the program (a process pool's workers): a recording
+    /// that did not sample them cannot say what they did, and a note says how to.
+    #[serde(default)]
+    pub child_processes: bool,
     /// Entries whose cost this one brings about when both sit in the same loop (a client built
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]

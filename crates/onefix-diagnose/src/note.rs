@@ -77,6 +77,11 @@ pub enum Note {
         /// Whether the server kept up with the rate (served it, nothing left unsent).
         kept_up: bool,
     },
+    /// The program waited this share of the time for child processes the recording did not
+    /// sample (a process pool's workers).
+    ChildProcesses {
+        percent: f64,
+    },
     /// A sentence from a collector or a command (asyncio, exec, the memory facts).
     Said(String),
 }
@@ -141,6 +146,10 @@ impl fmt::Display for Note {
             Note::Bracketed { percent } => write!(
                 f,
                 "{percent:.0}% of the samples were read empty or torn and charged to the line their thread was read in just before and after"
+            ),
+            Note::ChildProcesses { percent } => write!(
+                f,
+                "the program waited for its worker processes (a process pool) {percent:.0}% of the time, and this recording did not sample them: record with --subprocesses to see what they do"
             ),
             Note::StaleReads { percent } => write!(
                 f,

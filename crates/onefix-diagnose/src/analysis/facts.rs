@@ -189,6 +189,17 @@ impl Engine<'_> {
         })
     }
 
+    /// Whether a stack waits for, or runs under, a pool of child processes (a frame matching a
+    /// knowledge-base entry with `child_processes`, anywhere in it).
+    pub(super) fn under_process_pool(&mut self, stack: StackId) -> bool {
+        let frames: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(stack)).collect();
+        frames.into_iter().any(|f| {
+            let kind = self.profile.frame(f).kind;
+            let qualified = self.frame(f).qualified.clone();
+            self.kb.entries.iter().any(|e| e.spec.child_processes && e.matches_frame(kind, &qualified))
+        })
+    }
+
     /// The user line a stack is charged to, if any.
     pub(super) fn line_of(&mut self, stack: Option<StackId>) -> Option<usize> {
         self.stack(stack).and_then(|i| self.stack_facts[i].line)

@@ -735,6 +735,30 @@ impl Engine<'_> {
         if let Some(stale) = stale.filter(|s| total_weight > 0 && s.weight * 100 >= total_weight) {
             notes.push(Note::StaleReads { percent: stale.weight as f64 * 100.0 / total_weight as f64 });
         }
+        // A process pool's workers run in processes this recording did not sample: say so
+        // when waiting for them is most of the time, since no line of theirs can be named.
+        let processes: std::collections::HashSet<u32> = profile.threads().iter().map(|t| t.pid).collect();
+        if processes.len() == 1 && total_weight > 0 {
+            let mut pooled: HashMap<StackId, bool> = HashMap::new();
+            let mut waiting = 0u64;
+            for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
+                let Some(stack) = s.stack else { continue };
+                let under = match pooled.get(&stack) {
+                    Some(&u) => u,
+                    None => {
+                        let u = self.under_process_pool(stack);
+                        pooled.insert(stack, u);
+                        u
+                    }
+                };
+                if under {
+                    waiting += s.weight as u64;
+                }
+            }
+            if waiting * 2 >= total_weight {
+                notes.push(Note::ChildProcesses { percent: waiting as f64 * 100.0 / total_weight as f64 });
+            }
+        }
         if parked_in_busy > 0 && share(parked_in_busy) >= 0.01 {
             notes.push(Note::ParkedInBusy { percent: share(parked_in_busy) * 100.0 });
         }

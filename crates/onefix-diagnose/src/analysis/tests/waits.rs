@@ -338,3 +338,50 @@ fn pool_workers_sleeping_in_their_tasks_are_what_the_submitter_waits_for_not_bac
     assert_eq!((fetch.line, fetch.gain_basis), (5, GainBasis::CriticalPath), "{:?}", d.findings);
     assert!(d.findings.iter().all(|f| f.line != 9 || f.max_speedup.unwrap() < 1.1), "{:?}", d.findings);
 }
+
+#[test]
+fn a_program_waiting_on_a_process_pool_it_was_not_recorded_with_is_told_how_to_see_it() {
+    let (dir, app) = write_app(
+        "process-pool",
+        "from multiprocessing import Pool\n\ndef work(i):\n    return digest(i)\n\nwith Pool(2) as pool:\n    total = sum(pool.map(work, range(600)))\n",
+    );
+    let pool = format!("{LIB}/multiprocessing/pool.py");
+    let threading = format!("{LIB}/threading.py");
+    let waiting: &[(&str, &str, u32)] = &[
+        ("<module>", &app, 7),
+        ("Pool.map", &pool, 367),
+        ("ApplyResult.get", &pool, 768),
+        ("Event.wait", &threading, 629),
+        ("Condition.wait", &threading, 327),
+    ];
+    let starting: &[(&str, &str, u32)] = &[("<module>", &app, 6)];
+    let run = |children: bool| {
+        let mut b = Builder::new();
+        ended(&mut b);
+        for tick in 0..100u64 {
+            b.add(1, tick * 10, tick < 5, if tick < 5 { starting } else { waiting });
+        }
+        if children {
+            // A worker process sampled too (--subprocesses): its work is there to be named.
+            let t = b.p.intern_thread(2, 2, None);
+            let frames = [b.p.intern_frame(Frame::python("work", &app, 4))];
+            let stack = b.p.intern_stack(frames.to_vec());
+            for tick in 0..100u64 {
+                b.p.samples.push(Sample {
+                    time_us: tick * 10_000,
+                    thread: t,
+                    stack,
+                    state: ThreadState::new(true, true),
+                    weight: 1,
+                });
+            }
+        }
+        b.diagnose(dir.to_str().unwrap())
+    };
+    let (alone, with_children) = (run(false), run(true));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let said = |d: &Diagnosis| d.notes.iter().any(|n| n.contains("record with --subprocesses"));
+    assert!(said(&alone), "{:?}", alone.notes);
+    assert!(alone.notes.iter().any(|n| matches!(n, Note::ChildProcesses { percent } if (percent - 95.0).abs() < 1e-9)));
+    assert!(!said(&with_children), "{:?}", with_children.notes);
+}
