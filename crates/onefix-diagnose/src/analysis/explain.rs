@@ -318,9 +318,11 @@ impl Engine<'_> {
         // bound past that (a lock whose holders compute, on fewer CPUs than threads) is no bound.
         let line_running = weight - blocked;
         let cpu_cap = match (opts.cpus, profile.seconds_per_weight()) {
-            // The critical path has the CPUs' bound in it already.
+            // The critical path has the CPUs' bound in it already. Serial calls overlapped still
+            // wait for the work that answers them when the program does it itself (a server
+            // thread of the same process): that work stays on the machine's CPUs too.
             (Some(cpus), Some(spw))
-                if path.is_none() && span.is_none() && stretch.seconds > 0.0 && stretch.running > line_running =>
+                if (span.is_some() || path.is_none()) && stretch.seconds > 0.0 && stretch.running > line_running =>
             {
                 let cpu_seconds = (stretch.running - line_running) as f64 * spw;
                 Some((cpus as f64 * stretch.seconds / cpu_seconds, cpus, cpu_seconds))
