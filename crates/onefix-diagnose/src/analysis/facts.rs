@@ -156,11 +156,16 @@ impl Engine<'_> {
         let path = self.user.resolve(&lock.file)?;
         let (first, last) = self.source.held_block(&path, lock.line)?;
         let block = (self.lines[l].frame, first, last);
+        // The same lock taken at other places of the file is held there too.
+        let elsewhere = self.source.same_lock_blocks(&path, lock.line);
         let mut in_block: HashMap<StackId, bool> = HashMap::new();
         let mut by_line: HashMap<usize, u64> = HashMap::new();
         for s in profile.samples.iter().filter(|s| mode.counts(s.state)) {
             let Some(stack) = s.stack else { continue };
-            let held = *in_block.entry(stack).or_insert_with(|| self.inside_block(stack, block));
+            let held = *in_block.entry(stack).or_insert_with(|| {
+                self.inside_block(stack, block)
+                    || elsewhere.iter().any(|&(first, last)| self.inside_lines(stack, &lock.file, first, last))
+            });
             if !held || self.parked(Some(stack)).is_some() {
                 continue;
             }
