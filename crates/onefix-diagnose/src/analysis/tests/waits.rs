@@ -385,3 +385,31 @@ fn a_program_waiting_on_a_process_pool_it_was_not_recorded_with_is_told_how_to_s
     assert!(alone.notes.iter().any(|n| matches!(n, Note::ChildProcesses { percent } if (percent - 95.0).abs() < 1e-9)));
     assert!(!said(&with_children), "{:?}", with_children.notes);
 }
+
+#[test]
+fn a_wait_for_a_queues_mutex_is_a_lock_wait_charged_to_the_thread_working_meanwhile() {
+    // The consumer's `q.get()` blocks on the queue's mutex (`with self.not_empty:`, the
+    // condition's `__enter__`) while the producer works: a wait for another thread, not I/O.
+    let (dir, app) = write_app(
+        "queue-mutex",
+        "import queue\n\ndef produce(q, texts):\n    for t in texts:\n        item = sorted(t.split())\n        q.put(item)\n\ndef consume(q):\n    while True:\n        item = q.get()\n        tally(item)\n",
+    );
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let get = ("Queue.get", &*format!("{LIB}/queue.py"), 165);
+    let enter = ("Condition.__enter__", &*format!("{LIB}/threading.py"), 272);
+    let mut b = Builder::new();
+    for tick in 0..100u64 {
+        b.add(2, tick * 10, true, &[worker, ("produce", &app, 5)]);
+        if tick % 4 == 0 {
+            b.add(3, tick * 10, false, &[worker, ("consume", &app, 10), get, enter]);
+        } else {
+            b.add(3, tick * 10, true, &[worker, ("consume", &app, 11)]);
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let at = |line: u32| d.hot_lines.iter().find(|h| h.line == line).map_or(0.0, |h| h.share);
+    assert!(at(10) < 1e-9, "{:?}", d.hot_lines);
+    // 100 ticks of its own and the consumer's 25 of waiting, of 200.
+    assert!((at(5) - 0.625).abs() < 1e-9, "{:?}", d.hot_lines);
+}
