@@ -383,6 +383,16 @@ impl Engine<'_> {
                             timelines.at(w, s.time_us).filter(|&o| self.line_of(profile.samples[o].stack).is_some())
                         }
                         None => {
+                            // A lock taken inside a library call (a queue's mutex, under
+                            // `q.get()`) is held inside that library, by whichever thread is in
+                            // it at the time: what another thread's line does then is no work
+                            // under that lock.
+                            let in_library = self.stack(s.stack).is_some_and(|k| {
+                                self.stack_facts[k].beneath.iter().any(|&f| profile.frame(f).kind == FrameKind::Python)
+                            });
+                            if in_library {
+                                return None;
+                            }
                             let mut working = others.into_iter().filter(|&o| {
                                 let h = &profile.samples[o];
                                 self.running(h) && self.line_of(h.stack).is_some() && self.parked(h.stack).is_none()
