@@ -497,8 +497,7 @@ impl Engine<'_> {
         if self.parked(stack).is_none() {
             return false;
         }
-        let frames: Vec<FrameId> = self.profile.stack_frames_leaf_first(stack).collect();
-        frames.into_iter().any(|f| self.frame(f).idle.is_some_and(|e| self.kb.entries[e as usize].spec.shared_queue))
+        stack.is_some_and(|st| self.under_work_queue(st))
     }
 
     /// Threads of one process that call each other synchronously (a client and a server thread

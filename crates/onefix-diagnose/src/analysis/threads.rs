@@ -71,7 +71,7 @@ impl Engine<'_> {
 
     /// Whether a stack runs under, or waits in, the loop of a worker that takes its tasks from
     /// a queue workers share (any frame matching a knowledge-base entry with `shared_queue`).
-    fn under_work_queue(&mut self, stack: StackId) -> bool {
+    pub(super) fn under_work_queue(&mut self, stack: StackId) -> bool {
         let frames: Vec<FrameId> = self.profile.stack_frames_leaf_first(Some(stack)).collect();
         frames.into_iter().any(|f| self.frame(f).idle.is_some_and(|e| self.kb.entries[e as usize].spec.shared_queue))
     }

@@ -220,9 +220,11 @@ impl Engine<'_> {
                 } else {
                     None
                 };
-                // A holder at the edge of its own wait on another thread (edges.rs) holds the
-                // GIL for that wait, not for work of its line: the waiter's time stays its own.
-                if self.parked(h.stack).is_some() {
+                // A GIL holder at the edge of its own wait on another thread (edges.rs) holds it
+                // for that wait, not for work of its line: the waiter's time stays its own. (A
+                // lock's holder parked inside its block, waiting on a queue while it holds the
+                // lock, is still what the lock's waiters wait for.)
+                if cause_now == Cause::Gil && self.parked(h.stack).is_some() {
                     break;
                 }
                 match (self.line_of(h.stack), next) {

@@ -649,3 +649,28 @@ fn a_started_programs_unsampled_start_up_stays_after_the_fix() {
     let (_, share, bound) = record(Some(200_000));
     assert!((share - 0.9).abs() < 1e-9 && (bound - 5.5).abs() < 0.01, "{share} {bound}");
 }
+
+#[test]
+fn a_lock_holder_waiting_on_a_queue_inside_its_block_is_what_the_waiters_wait_for() {
+    // The holder takes the next job from a queue while holding the lock: its queue wait is
+    // parked, yet it is what the three threads at `with lock:` wait for.
+    let (dir, app) = write_app(
+        "parked-holder",
+        "import threading\nlock = threading.Lock()\n\ndef step(jobs):\n    with lock:\n        job = jobs.get()\n        run(job)\n",
+    );
+    let worker = ("worker", &*format!("{LIB}/threading.py"), 975);
+    let get = ("Queue.get", &*format!("{LIB}/queue.py"), 171);
+    let wait = ("Condition.wait", &*format!("{LIB}/threading.py"), 327);
+    let mut b = Builder::new();
+    for tick in 0..100 {
+        b.add(1, tick * 10, false, &[worker, ("step", &app, 6), get, wait]);
+        for tid in 2..5 {
+            b.add(tid, tick * 10, false, &[worker, ("step", &app, 5)]);
+        }
+    }
+    let d = b.diagnose(dir.to_str().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
+    let f = &d.findings[0];
+    assert_eq!(f.line, 6, "{:?}", d.findings);
+    assert!(f.why.contains("other threads wait for that lock at app.py:5"), "{}", f.why);
+}
