@@ -35,6 +35,16 @@ pub struct LineComparison {
     #[serde(skip)]
     pub window_s: f64,
     pub lines: Vec<LineChange>,
+    /// Why no line was compared per window, when none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_compared: Option<String>,
+}
+
+impl LineComparison {
+    /// No line compared per window, and why.
+    pub fn none(why: String) -> LineComparison {
+        LineComparison { unit: String::new(), window_s: 0.0, lines: Vec::new(), not_compared: Some(why) }
+    }
 }
 
 /// One line's cost in A and in B.
@@ -55,20 +65,48 @@ pub struct LineChange {
 /// Two runs of a program that each went to its end (a batch job, a script), compared as a
 /// whole: a batch fix shows in the run's time, which per-window rates of its lines hide (a
 /// line that took 3 s of a 3.4 s run and 0.1 s of a 0.18 s one is at about the same rate).
+/// The verdict rests on the runs' own durations however few samples either holds; with
+/// repeated runs of each ([`RunComparison::of_repeated`]) it rests on their statistics.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunComparison {
-    /// Each run's wall time and time on a CPU, A then B, in seconds.
+    /// Each side's wall time and time on a CPU, A then B, in seconds (the means, with
+    /// repeated runs).
     pub wall_s: (f64, f64),
     pub cpu_s: (f64, f64),
     /// A's time over B's: above 1, B is faster.
     pub wall_speedup: f64,
     pub cpu_speedup: f64,
-    /// One run each: no spread to test the difference against.
+    /// How many timed runs each side had.
     pub runs_each: u32,
+    /// The timed runs' wall times compared (Welch's test on their logarithms, a bootstrap
+    /// interval of the ratio of their means); absent with one run each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wall: Option<Metric>,
+    /// With repeated runs: each side's median and standard deviation of its wall times, and
+    /// how many of its runs were outliers ([`stats::outliers`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spread: Option<RunSpread>,
+    /// With one run each: the relative difference that one run each cannot tell from
+    /// run-to-run noise ([`ONE_RUN_NOISE`], plus how late a run's end may have been seen).
+    pub one_run_noise: f64,
+    /// `faster`, `slower`, or `unclear`.
+    pub direction: String,
+    /// One plain sentence: "B is 93.2x faster by its wall time (one run each ...)".
+    pub verdict: String,
     /// The lines that cost most in either run, with their time in each.
     pub lines: Vec<LineRun>,
     /// A run lasted fewer windows than a per-window test can judge.
     pub too_short_for_windows: bool,
+}
+
+/// The spread of each side's repeated wall times, A then B.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunSpread {
+    pub median_s: (f64, f64),
+    pub stddev_s: (f64, f64),
+    pub min_s: (f64, f64),
+    pub max_s: (f64, f64),
+    pub outliers: (usize, usize),
 }
 
 /// A line's time in each of two whole runs.
@@ -83,54 +121,205 @@ pub struct LineRun {
 /// A per-window test needs at least this many windows of a run.
 const MIN_WINDOWS: f64 = 3.0;
 
+/// How much one run of a program can differ from the next with nothing changed, on the
+/// machines onefix is measured on: the spread of repeated runs in `bench/compare/run`
+/// (BENCHMARKS.md, "Repeated runs"), rounded up. With one run each, a smaller difference is
+/// not called a difference.
+pub const ONE_RUN_NOISE: f64 = 0.10;
+
+/// One side's timed run(s): its wall and CPU seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunTime {
+    pub wall_s: f64,
+    pub cpu_s: f64,
+}
+
+/// A recording's own run time: what the kernel and the clock said of a program onefix started
+/// and saw end, else (a recording made before those were kept) its sampled span and samples
+/// on a CPU. `None` for a run cut short by a duration, Ctrl-C or a load, or an attach.
+pub fn run_time_of(p: &Profile) -> Option<(RunTime, f64)> {
+    let ended = matches!(p.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_)));
+    if !ended {
+        return None;
+    }
+    if let Some(t) = p.run_times() {
+        return Some((RunTime { wall_s: t.wall_s, cpu_s: t.user_s + t.system_s }, t.resolution_s));
+    }
+    let spw = p.seconds_per_weight()?;
+    let cpu = p.samples.iter().filter(|s| s.state.active()).map(|s| s.weight as u64).sum::<u64>() as f64 * spw;
+    let wall = p.meta.duration_s + p.program_start().map_or(0.0, |s| s.unsampled_us as f64 / 1e6);
+    (wall > 0.0).then_some((RunTime { wall_s: wall, cpu_s: cpu }, 1.5 / p.meta.rate_hz.max(0.1)))
+}
+
 /// Compares two recordings as whole runs, when both went to their end (not cut short by a
-/// duration, Ctrl-C or a load); `None` otherwise.
-pub fn compare_runs(a: &Profile, b: &Profile, kb: &KnowledgeBase, window_s: f64) -> Option<RunComparison> {
-    let ended = |p: &Profile| matches!(p.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_)));
-    if !ended(a) || !ended(b) {
-        return None;
-    }
-    let (spw_a, spw_b) = (a.seconds_per_weight()?, b.seconds_per_weight()?);
-    let cpu = |p: &Profile, spw: f64| {
-        p.samples.iter().filter(|s| s.state.active()).map(|s| s.weight as u64).sum::<u64>() as f64 * spw
-    };
-    let wall = |p: &Profile| p.meta.duration_s;
-    let (wall_a, wall_b) = (wall(a), wall(b));
-    let (cpu_a, cpu_b) = (cpu(a, spw_a), cpu(b, spw_b));
-    if wall_a <= 0.0 || wall_b <= 0.0 {
-        return None;
-    }
-    let (da, db) = (diagnose_lines(a, kb, LINES_COMPARED), diagnose_lines(b, kb, LINES_COMPARED));
+/// duration, Ctrl-C or a load); `None` otherwise. `window_s`: the per-window test's window,
+/// when one was made.
+pub fn compare_runs(
+    a: &Profile,
+    b: &Profile,
+    kb: &KnowledgeBase,
+    user: (&UserCode, &UserCode),
+    window_s: Option<f64>,
+) -> Option<RunComparison> {
+    let ((run_a, res_a), (run_b, res_b)) = (run_time_of(a)?, run_time_of(b)?);
+    let lines = lines_per_run(a, b, kb, user);
+    let mut c = RunComparison::of_one_run_each(run_a, run_b, res_a.max(res_b), lines);
+    c.too_short_for_windows = window_s.map_or(true, |w| run_a.wall_s.min(run_b.wall_s) < MIN_WINDOWS * w);
+    Some(c)
+}
+
+/// The lines that cost most in either of two whole runs, with their seconds in each.
+pub fn lines_per_run(a: &Profile, b: &Profile, kb: &KnowledgeBase, user: (&UserCode, &UserCode)) -> Vec<LineRun> {
+    let (da, db) = (diagnose_lines(a, kb, user.0, LINES_COMPARED), diagnose_lines(b, kb, user.1, LINES_COMPARED));
+    let (spw_a, spw_b) = (da.seconds_per_weight.unwrap_or(0.0), db.seconds_per_weight.unwrap_or(0.0));
     let mut lines: Vec<LineRun> = Vec::new();
     for (hot, spw, in_a) in
         da.hot_lines.iter().map(|h| (h, spw_a, true)).chain(db.hot_lines.iter().map(|h| (h, spw_b, false)))
     {
         let key = line_key(&hot.function, hot.code.as_deref(), hot.line);
         let seconds = hot.weight as f64 * spw;
-        let entry = match lines.iter_mut().position(|l| l.line == key) {
-            Some(i) => &mut lines[i],
+        let i = match lines.iter().position(|l| l.line == key) {
+            Some(i) => i,
             None => {
                 lines.push(LineRun { line: key, at: Some(at(&hot.file, hot.line)), seconds_a: 0.0, seconds_b: 0.0 });
-                lines.last_mut().unwrap()
+                lines.len() - 1
             }
         };
         if in_a {
-            entry.seconds_a += seconds;
+            lines[i].seconds_a += seconds;
         } else {
-            entry.seconds_b += seconds;
+            lines[i].seconds_b += seconds;
         }
     }
     lines.sort_by(|x, y| (y.seconds_a.max(y.seconds_b)).total_cmp(&x.seconds_a.max(x.seconds_b)));
     lines.truncate(LINES_COMPARED);
-    Some(RunComparison {
-        wall_s: (wall_a, wall_b),
-        cpu_s: (cpu_a, cpu_b),
-        wall_speedup: wall_a / wall_b,
-        cpu_speedup: if cpu_b > 0.0 { cpu_a / cpu_b } else { f64::INFINITY },
-        runs_each: 1,
-        lines,
-        too_short_for_windows: wall_a.min(wall_b) < MIN_WINDOWS * window_s,
-    })
+    lines
+}
+
+fn ratio(x: f64, y: f64) -> f64 {
+    if y > 0.0 {
+        x / y
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// "93.2x faster", "3.44x slower".
+fn factor(speedup: f64) -> String {
+    if !speedup.is_finite() {
+        "immeasurably faster".to_owned()
+    } else if speedup >= 1.0 {
+        format!("{}x faster", stats::fmt_num(speedup))
+    } else {
+        format!("{}x slower", stats::fmt_num(1.0 / speedup))
+    }
+}
+
+impl RunComparison {
+    /// One run each: the verdict is the ratio of their wall times when it is beyond what one
+    /// run can tell from noise (`resolution_s`: how late an end may have been seen).
+    pub fn of_one_run_each(a: RunTime, b: RunTime, resolution_s: f64, lines: Vec<LineRun>) -> RunComparison {
+        let wall_speedup = ratio(a.wall_s, b.wall_s);
+        // The shorter run's end is the least precise, relatively.
+        let noise = ONE_RUN_NOISE + resolution_s / a.wall_s.min(b.wall_s).max(1e-6);
+        // A run's end is seen up to `resolution_s` late, never early: the longer run's time may
+        // be that much too long, so the ratio is at least the one from it less that.
+        let bound = |long: f64, short: f64| {
+            let least = ratio((long - resolution_s).max(short), short);
+            if resolution_s / short.max(1e-6) > ONE_RUN_NOISE {
+                format!(
+                    " (at least {}x: a run's end is seen up to {:.0} ms late)",
+                    stats::fmt_num(least),
+                    resolution_s * 1e3
+                )
+            } else {
+                String::new()
+            }
+        };
+        let (direction, verdict) = if wall_speedup > 1.0 + noise {
+            ("faster", format!("B is {} by its wall time{}", factor(wall_speedup), bound(a.wall_s, b.wall_s)))
+        } else if 1.0 / wall_speedup > 1.0 + noise {
+            ("slower", format!("B is {} by its wall time{}", factor(wall_speedup), bound(b.wall_s, a.wall_s)))
+        } else {
+            (
+                "unclear",
+                format!(
+                    "no difference one run each can show: B's wall time is {} of A's, within the {:.0}% one run can differ by on its own",
+                    pct_of(wall_speedup),
+                    noise * 100.0
+                ),
+            )
+        };
+        RunComparison {
+            wall_s: (a.wall_s, b.wall_s),
+            cpu_s: (a.cpu_s, b.cpu_s),
+            wall_speedup,
+            cpu_speedup: ratio(a.cpu_s, b.cpu_s),
+            runs_each: 1,
+            wall: None,
+            spread: None,
+            one_run_noise: noise,
+            direction: direction.to_owned(),
+            verdict,
+            lines,
+            too_short_for_windows: true,
+        }
+    }
+
+    /// Repeated timed runs of each side: the verdict is that of Welch's test on the wall
+    /// times' logarithms with a 95% bootstrap interval of the ratio of their means.
+    pub fn of_repeated(a: &[RunTime], b: &[RunTime], lines: Vec<LineRun>) -> RunComparison {
+        let wall = |v: &[RunTime]| v.iter().map(|r| r.wall_s).collect::<Vec<f64>>();
+        let cpu = |v: &[RunTime]| stats::mean(&v.iter().map(|r| r.cpu_s).collect::<Vec<f64>>());
+        let metric = stats::metric("wall_s", &wall(a), &wall(b), ratio);
+        let direction = match (metric.significant, metric.speedup > 1.0) {
+            (true, true) => "faster",
+            (true, false) => "slower",
+            _ => "unclear",
+        };
+        let interval = metric
+            .ci95
+            .map(|[lo, hi]| format!(" [{}, {}]", stats::fmt_num(lo), stats::fmt_num(hi)))
+            .unwrap_or_default();
+        let p = metric.test.as_ref().map(|t| format!(", {}", stats::fmt_p(t.p_value))).unwrap_or_default();
+        let verdict = match direction {
+            "unclear" => format!("no significant difference: {}{interval}{p}", stats::fmt_x(metric.speedup)),
+            _ => format!("B is {} by its mean wall time{interval}{p}", factor(metric.speedup)),
+        };
+        RunComparison {
+            wall_s: (metric.mean_a, metric.mean_b),
+            cpu_s: (cpu(a), cpu(b)),
+            wall_speedup: metric.speedup,
+            cpu_speedup: ratio(cpu(a), cpu(b)),
+            runs_each: a.len().min(b.len()) as u32,
+            wall: Some(metric),
+            spread: Some(RunSpread {
+                median_s: (stats::median(&wall(a)), stats::median(&wall(b))),
+                stddev_s: (stats::variance(&wall(a)).sqrt(), stats::variance(&wall(b)).sqrt()),
+                min_s: (lowest(&wall(a)), lowest(&wall(b))),
+                max_s: (highest(&wall(a)), highest(&wall(b))),
+                outliers: (stats::outliers(&wall(a)), stats::outliers(&wall(b))),
+            }),
+            one_run_noise: ONE_RUN_NOISE,
+            direction: direction.to_owned(),
+            verdict,
+            lines,
+            too_short_for_windows: false,
+        }
+    }
+}
+
+fn lowest(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+fn highest(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+}
+
+/// B's time as a percentage of A's, from A's time over B's.
+fn pct_of(speedup: f64) -> String {
+    format!("{:.0}%", 100.0 / speedup)
 }
 
 /// Compares the lines of two time recordings. `per_request`: the two runs' mean request rates
@@ -139,6 +328,7 @@ pub fn compare_lines(
     a: &Profile,
     b: &Profile,
     kb: &KnowledgeBase,
+    user: (&UserCode, &UserCode),
     per_request: Option<(f64, f64)>,
 ) -> Result<LineComparison, CompareError> {
     let secs = |p: &Profile| p.samples.iter().map(|s| s.time_us).max().unwrap_or(0) as f64 / 1e6;
@@ -151,8 +341,8 @@ pub fn compare_lines(
     let window_s = if dur_a.min(dur_b) >= 10.0 { 1.0 } else { (dur_a.min(dur_b) / 5.0).max(0.1) };
     let unit = if per_request.is_some() { "ms of the line per request" } else { "ms of the line per second" };
 
-    let whole_a = diagnose_lines(a, kb, Options::default().max_hot_lines);
-    let whole_b = diagnose_lines(b, kb, Options::default().max_hot_lines);
+    let whole_a = diagnose_lines(a, kb, user.0, Options::default().max_hot_lines);
+    let whole_b = diagnose_lines(b, kb, user.1, Options::default().max_hot_lines);
     let mut keys: Vec<(String, Option<String>, Option<String>)> = Vec::new();
     let mut add = |key: String, at_a: Option<String>, at_b: Option<String>| match keys.iter_mut().find(|k| k.0 == key) {
         Some(k) => {
@@ -173,8 +363,8 @@ pub fn compare_lines(
     for h in &whole_b.hot_lines {
         add(line_key(&h.function, h.code.as_deref(), h.line), None, Some(at(&h.file, h.line)));
     }
-    let windows_a = line_ms_by_window(a, kb, window_s);
-    let windows_b = line_ms_by_window(b, kb, window_s);
+    let windows_a = line_ms_by_window(a, kb, user.0, window_s);
+    let windows_b = line_ms_by_window(b, kb, user.1, window_s);
     let scale = |ms: f64, rate: Option<f64>| match rate {
         Some(rps) if rps > 0.0 => ms / (rps * window_s),
         _ => ms / window_s,
@@ -215,13 +405,13 @@ pub fn compare_lines(
         m(y).total_cmp(&m(x))
     });
     lines.truncate(2 * LINES_COMPARED);
-    Ok(LineComparison { unit: unit.to_owned(), window_s, lines })
+    Ok(LineComparison { unit: unit.to_owned(), window_s, lines, not_compared: None })
 }
 
 /// The diagnosis of a recording as it was recorded, with up to `max_hot_lines` user lines.
-fn diagnose_lines(p: &Profile, kb: &KnowledgeBase, max_hot_lines: usize) -> crate::Diagnosis {
+fn diagnose_lines(p: &Profile, kb: &KnowledgeBase, user: &UserCode, max_hot_lines: usize) -> crate::Diagnosis {
     let opts = Options { mode: p.meta.mode, max_hot_lines, cpus: p.machine().map(|m| m.cpus), ..Options::default() };
-    diagnose(p, kb, &UserCode::of_recording(p), &opts)
+    diagnose(p, kb, user, &opts)
 }
 
 fn at(file: &str, line: u32) -> String {
@@ -237,7 +427,7 @@ fn line_key(function: &str, code: Option<&str>, line: u32) -> String {
 }
 
 /// Each window's milliseconds charged to each user line, by the diagnosis's own attribution.
-fn line_ms_by_window(p: &Profile, kb: &KnowledgeBase, window_s: f64) -> Vec<HashMap<String, f64>> {
+fn line_ms_by_window(p: &Profile, kb: &KnowledgeBase, user: &UserCode, window_s: f64) -> Vec<HashMap<String, f64>> {
     let window_us = (window_s * 1e6) as u64;
     let end = p.samples.iter().map(|s| s.time_us).max().unwrap_or(0);
     // Whole windows only: a trailing partial window would read as a drop in cost.
@@ -254,7 +444,7 @@ fn line_ms_by_window(p: &Profile, kb: &KnowledgeBase, window_s: f64) -> Vec<Hash
         .map(|w| {
             slice.samples = by_window.remove(&w).unwrap_or_default();
             // Every user line of the window, not only the hottest.
-            let d = diagnose_lines(&slice, kb, usize::MAX);
+            let d = diagnose_lines(&slice, kb, user, usize::MAX);
             let ms_per_weight = d.seconds_per_weight.unwrap_or(0.0) * 1e3;
             d.hot_lines
                 .iter()

@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use onefix_model::stats::{fmt_p, Metric};
 
-use crate::compare::LineComparison;
+use crate::compare::{LineComparison, RunComparison};
 use crate::{Finding, Kind};
 
 /// A condition on a diagnosis's findings that fails the run when a finding meets it.
@@ -161,6 +161,41 @@ pub fn slower_beyond(metric: &Metric, limit: f64) -> SlowdownVerdict {
     SlowdownVerdict { fails: metric.significant && change > 0.0 && low > limit, sentence }
 }
 
+/// Two whole runs (a batch program's) are judged by their wall time: with repeated runs, by
+/// their test and interval as [`slower_beyond`] judges any metric; with one run each, by the
+/// ratio of the two run times, which must exceed both the limit and what one run can differ by
+/// on its own ([`RunComparison::one_run_noise`]), and the sentence says one run is weak
+/// evidence. A run that took 3x longer always fails.
+pub fn runs_slower_beyond(runs: &RunComparison, limit: f64) -> SlowdownVerdict {
+    if let Some(wall) = &runs.wall {
+        let v = slower_beyond(wall, limit);
+        return SlowdownVerdict {
+            fails: v.fails,
+            sentence: format!("the run's wall time, {} runs each: {}", runs.runs_each, v.sentence),
+        };
+    }
+    let slowdown = 1.0 / runs.wall_speedup - 1.0;
+    let fails = slowdown > limit && slowdown > runs.one_run_noise;
+    let change = format!("{}{:.1}%", if slowdown >= 0.0 { "+" } else { "" }, slowdown * 100.0);
+    let (a, b) = runs.wall_s;
+    let sentence = if fails {
+        format!("B's run is slower: {change} ({a:.3} s to {b:.3} s), above the {}% limit", pct(limit))
+    } else if slowdown > limit {
+        format!(
+            "B's run is slower by {change} ({a:.3} s to {b:.3} s), but one run each cannot tell that from noise (±{:.0}%)",
+            runs.one_run_noise * 100.0
+        )
+    } else {
+        format!("not slower beyond the {}% limit: {change} ({a:.3} s to {b:.3} s)", pct(limit))
+    };
+    SlowdownVerdict {
+        fails,
+        sentence: format!(
+            "{sentence}; one run each is weak evidence: `onefix compare --runs 10 -- A ::: B` times several"
+        ),
+    }
+}
+
 /// Recordings without a load are judged line by line, by each line's cost per window in both
 /// runs: any line slower beyond the limit fails. A line in one run only is not judged (code
 /// that moved or was renamed reads as one line gone and another new).
@@ -213,6 +248,37 @@ mod tests {
     use super::*;
     use onefix_model::stats::metric;
 
+    fn one_run_each(a: f64, b: f64) -> RunComparison {
+        use crate::compare::RunTime;
+        RunComparison::of_one_run_each(RunTime { wall_s: a, cpu_s: a }, RunTime { wall_s: b, cpu_s: b }, 0.015, vec![])
+    }
+
+    #[test]
+    fn one_run_each_fails_beyond_both_the_limit_and_what_one_run_can_differ_by() {
+        let slower = runs_slower_beyond(&one_run_each(0.3, 0.9), 0.05);
+        assert!(slower.fails && slower.sentence.contains("weak evidence"), "{}", slower.sentence);
+        // 7% slower: beyond 5%, but within one run's own noise.
+        let near = runs_slower_beyond(&one_run_each(2.0, 2.14), 0.05);
+        assert!(!near.fails && near.sentence.contains("cannot tell"), "{}", near.sentence);
+        assert!(!runs_slower_beyond(&one_run_each(0.9, 0.3), 0.05).fails);
+        // A limit above the noise is the limit: 30% slower fails a 20% gate.
+        assert!(runs_slower_beyond(&one_run_each(1.0, 1.3), 0.2).fails);
+    }
+
+    #[test]
+    fn repeated_runs_are_gated_by_their_interval() {
+        use crate::compare::RunTime;
+        let times = |base: f64| -> Vec<RunTime> {
+            (0..8).map(|i| RunTime { wall_s: base * (1.0 + 0.01 * (i % 3) as f64), cpu_s: base }).collect()
+        };
+        let c = RunComparison::of_repeated(&times(0.1), &times(0.3), vec![]);
+        assert_eq!(c.direction, "slower");
+        assert!(runs_slower_beyond(&c, 0.05).fails);
+        let same = RunComparison::of_repeated(&times(0.1), &times(0.1), vec![]);
+        assert_eq!(same.direction, "unclear");
+        assert!(!runs_slower_beyond(&same, 0.05).fails);
+    }
+
     #[test]
     fn conditions_parse_into_typed_values_and_nonsense_is_one_sentence() {
         assert_eq!("share>20%".parse(), Ok(FailOn::Share { limit: 0.2, inclusive: false }));
@@ -263,8 +329,12 @@ mod tests {
             cost: metric(name, &ms(a), &ms(b), |a, b| a / b),
             change: String::new(),
         };
-        let compared =
-            |lines: Vec<LineChange>| LineComparison { unit: "ms of the line per second".into(), window_s: 1.0, lines };
+        let compared = |lines: Vec<LineChange>| LineComparison {
+            unit: "ms of the line per second".into(),
+            window_s: 1.0,
+            lines,
+            not_compared: None,
+        };
         // One line twice as costly in B: it fails, and is named.
         let v = lines_slower_beyond(
             &compared(vec![line("steady", 100.0, 100.0, true, true), line("worse", 50.0, 100.0, true, true)]),

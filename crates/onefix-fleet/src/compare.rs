@@ -108,5 +108,6 @@ pub fn compare_slots(a: &SlotProfile, b: &SlotProfile, kb: &KnowledgeBase) -> Li
         unit: "ms of the line per second, per host".to_owned(),
         window_s: a.slot_s.min(b.slot_s) as f64,
         lines,
+        not_compared: None,
     }
 }

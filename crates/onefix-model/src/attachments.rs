@@ -26,6 +26,37 @@ pub struct ProgramStart {
     pub unsampled_us: u64,
 }
 
+/// How long a program onefix started and saw end took, by the clock and on the CPUs
+/// ([`RunTimes`]): a batch fix is judged by this first.
+pub const RUN_TIMES: &str = "run-times";
+
+/// A program's own run, as a user timing it would see it: from its start to its end, and the
+/// CPU time the kernel charged to it and the children it waited for.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunTimes {
+    /// From starting the command to seeing it end. Its end is seen at a sampler tick, so this
+    /// is late by up to `resolution_s`.
+    pub wall_s: f64,
+    /// User and system time of the program and its reaped children (the kernel's rusage).
+    pub user_s: f64,
+    pub system_s: f64,
+    /// How late the end may have been seen: the longest interval between two ticks.
+    pub resolution_s: f64,
+}
+
+/// How a recording was asked to be read ([`View`]): what the user named as their code.
+pub const VIEW: &str = "view";
+
+/// `--user-code` and `--package` as given to `record`, so that every command reading the
+/// recording later sees the same code as the user's unless told otherwise.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct View {
+    /// `--user-code` directories, made absolute; empty when none was given.
+    pub user_code: Vec<String>,
+    /// `--package` names.
+    pub packages: Vec<String>,
+}
+
 /// Reads that caught a line of the user's code after its call had returned, charged to the line
 /// that made the call ([`StaleReads`]): set by the diagnosis before it reads the samples.
 pub const STALE_READS: &str = "stale-reads";
@@ -151,6 +182,16 @@ impl Profile {
     /// What ran of a program onefix started before its first sample, when it was kept.
     pub fn program_start(&self) -> Option<ProgramStart> {
         self.attachment(PROGRAM_START)
+    }
+
+    /// The program's own run time, when onefix started it and saw it end.
+    pub fn run_times(&self) -> Option<RunTimes> {
+        self.attachment(RUN_TIMES)
+    }
+
+    /// `--user-code` and `--package` as given to `record`, when any was.
+    pub fn view(&self) -> Option<View> {
+        self.attachment(VIEW)
     }
 
     /// The wake-ups that ended a native recording's blocked intervals, when the kernel gave them.

@@ -202,6 +202,37 @@ pub fn bootstrap_ci(a: &[f64], b: &[f64], ratio: fn(f64, f64) -> f64, seed: u64)
     Some([at(0.025), at(0.975)])
 }
 
+/// The median of `v` (the mean of the middle two for an even count); NaN when empty.
+pub fn median(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut sorted = v.to_vec();
+    sorted.sort_by(|x, y| x.total_cmp(y));
+    let n = sorted.len();
+    if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    }
+}
+
+/// A modified Z-score beyond which a value is an outlier: ten standard deviations, estimated
+/// robustly as 1.4826 times the median absolute deviation (hyperfine's rule), so that one slow
+/// run on a busy machine is named without the spread of the others hiding it.
+pub const OUTLIER_Z: f64 = 1.4826 * 10.0;
+
+/// How many of `v` are outliers by their modified Z-score ([`OUTLIER_Z`]).
+pub fn outliers(v: &[f64]) -> usize {
+    if v.len() < 3 {
+        return 0;
+    }
+    let m = median(v);
+    let deviations: Vec<f64> = v.iter().map(|x| (x - m).abs()).collect();
+    let mad = median(&deviations).max(f64::EPSILON);
+    v.iter().filter(|x| ((*x - m) / mad).abs() > OUTLIER_Z).count()
+}
+
 pub fn fmt_p(p: f64) -> String {
     if p < 0.001 {
         "p < 0.001".to_string()

@@ -8,6 +8,10 @@ use onefix_diagnose::compare::{HeapComparison, LineComparison, RunComparison};
 /// The lines of two time recordings: cost in A and B, the change, and where the line is.
 pub fn render_lines(c: &LineComparison, name_a: &str, name_b: &str) -> String {
     let mut s = String::new();
+    if let Some(why) = &c.not_compared {
+        let _ = writeln!(s, "the lines were not compared per window: {why}");
+        return s;
+    }
     let _ = writeln!(s, "the lines ({}; mean over {:.1} s windows, Welch's t-test):", c.unit, c.window_s);
     let _ = writeln!(s, "  {:>10} {:>10}  {:<24} line", "A", "B", "change");
     let _ = writeln!(s, "  {:>10} {:>10}  {:<24} ({name_a} → {name_b})", "", "", "");
@@ -52,22 +56,20 @@ pub fn verdicts(runs: Option<&RunComparison>, load: Option<String>, lines: &Line
     let mut out = Vec::new();
     if let Some(r) = runs {
         let first = render_runs(r, "A", "B");
-        out.push(
-            first
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .replace("the runs (each went to its end): ", "The runs (each went to its end): "),
-        );
+        out.push(first.lines().next().unwrap_or_default().replacen("the runs", "The runs", 1));
         if r.runs_each == 1 {
-            out.push(
-                "One run each: no spread to test the difference against; on a busy machine, time several runs of each."
-                    .to_owned(),
-            );
+            out.push(format!(
+                "One run each: a difference under {:.0}% could be one run's own noise; time several with `onefix compare --runs 10 -- A ::: B`.",
+                r.one_run_noise * 100.0
+            ));
         }
     }
     if let Some(load) = load {
         out.push(format!("The load: {load}."));
+    }
+    if let Some(why) = &lines.not_compared {
+        out.push(format!("The lines were not compared per window: {why}."));
+        return out;
     }
     let count = |what: &str| lines.lines.iter().filter(|l| l.change == what).count();
     let (down, up, gone, new) = (count("down"), count("up"), count("gone"), count("new"));
@@ -98,39 +100,76 @@ pub fn verdicts(runs: Option<&RunComparison>, load: Option<String>, lines: &Line
 /// Two whole runs of a batch program: which took less time, and where each line's time went.
 pub fn render_runs(r: &RunComparison, name_a: &str, name_b: &str) -> String {
     let mut s = String::new();
-    let verdict = |speedup: f64, what: &str| {
-        if !speedup.is_finite() {
-            format!("B took no {what} at all")
-        } else if speedup >= 1.0 {
-            format!("B took {speedup:.2}x less {what}")
-        } else {
-            format!("B took {:.2}x more {what}", 1.0 / speedup)
-        }
+    let cpu = if !r.cpu_speedup.is_finite() {
+        "B took no CPU time at all".to_owned()
+    } else if r.cpu_speedup >= 1.0 {
+        format!("B took {:.2}x less CPU time", r.cpu_speedup)
+    } else {
+        format!("B took {:.2}x more CPU time", 1.0 / r.cpu_speedup)
     };
-    let _ = writeln!(
-        s,
-        "the runs (each went to its end): {}, {}",
-        verdict(r.wall_speedup, "wall time"),
-        verdict(r.cpu_speedup, "CPU time")
-    );
-    let _ = writeln!(s, "  A  {:>8.2} s wall  {:>8.2} s on a CPU  ({name_a})", r.wall_s.0, r.cpu_s.0);
-    let _ = writeln!(s, "  B  {:>8.2} s wall  {:>8.2} s on a CPU  ({name_b})", r.wall_s.1, r.cpu_s.1);
+    let each =
+        if r.runs_each == 1 { "each went to its end".to_owned() } else { format!("{} timed runs each", r.runs_each) };
+    let _ = writeln!(s, "the runs ({each}): {}; {cpu}", r.verdict);
+    match &r.spread {
+        Some(sp) => {
+            let _ = writeln!(
+                s,
+                "     {:>10} {:>10} {:>10} {:>10} {:>10}  {:>9}",
+                "mean (s)", "± sd", "median", "min", "max", "outliers"
+            );
+            let row = |s: &mut String, side: &str, i: usize, name: &str| {
+                let pick = |t: (f64, f64)| if i == 0 { t.0 } else { t.1 };
+                let out = if i == 0 { sp.outliers.0 } else { sp.outliers.1 };
+                let _ = writeln!(
+                    s,
+                    "  {side}  {:>10.4} {:>10.4} {:>10.4} {:>10.4} {:>10.4}  {:>9}  ({name})",
+                    pick(r.wall_s),
+                    pick(sp.stddev_s),
+                    pick(sp.median_s),
+                    pick(sp.min_s),
+                    pick(sp.max_s),
+                    out
+                );
+            };
+            row(&mut s, "A", 0, name_a);
+            row(&mut s, "B", 1, name_b);
+            if sp.outliers.0 + sp.outliers.1 > 0 {
+                let _ = writeln!(
+                    s,
+                    "  outliers: runs more than 10 robust standard deviations from their median (another process, a cold cache); the interval includes them"
+                );
+            }
+        }
+        None => {
+            let _ = writeln!(s, "  A  {:>9.3} s wall  {:>9.3} s on a CPU  ({name_a})", r.wall_s.0, r.cpu_s.0);
+            let _ = writeln!(s, "  B  {:>9.3} s wall  {:>9.3} s on a CPU  ({name_b})", r.wall_s.1, r.cpu_s.1);
+        }
+    }
     if r.runs_each == 1 {
         let _ = writeln!(
             s,
-            "  one run each: no spread to test the difference against; on a busy machine, time several runs of each"
+            "  one run each: a difference under {:.0}% could be one run's own noise; `onefix compare --runs 10 -- A ::: B` times interleaved runs of each",
+            r.one_run_noise * 100.0
         );
     }
     if r.too_short_for_windows {
         let _ = writeln!(
             s,
-            "  a run is too short to judge its lines per window (the table below): judge by these run times and the lines' time per run"
+            "  a run is too short to judge its lines per window: judge by these run times and the lines' time per run"
         );
     }
-    let _ = writeln!(s, "  the lines' time per run:\n  {:>9} {:>9}  line", "A (s)", "B (s)");
-    for l in &r.lines {
-        let _ =
-            writeln!(s, "  {:>9.2} {:>9.2}  {}  {}", l.seconds_a, l.seconds_b, l.at.as_deref().unwrap_or(""), l.line);
+    if !r.lines.is_empty() {
+        let _ = writeln!(s, "  the lines' time per run:\n  {:>9} {:>9}  line", "A (s)", "B (s)");
+        for l in &r.lines {
+            let _ = writeln!(
+                s,
+                "  {:>9.3} {:>9.3}  {}  {}",
+                l.seconds_a,
+                l.seconds_b,
+                l.at.as_deref().unwrap_or(""),
+                l.line
+            );
+        }
     }
     s
 }

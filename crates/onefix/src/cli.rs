@@ -222,6 +222,10 @@ pub struct TopArgs {
     /// and the script's directory.
     #[arg(long = "user-code", value_name = "DIR")]
     pub user_code: Vec<PathBuf>,
+    /// An installed package to take as your code, by import, distribution or crate name
+    /// (repeatable), as `record --package` takes it.
+    #[arg(long = "package", value_name = "NAME")]
+    pub packages: Vec<String>,
     /// The program to start and watch.
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -344,7 +348,7 @@ struct LoadSpecParser {
     args: LoadArgs,
 }
 
-fn parse_load_spec(s: &str) -> Result<LoadSpec, String> {
+pub(crate) fn parse_load_spec(s: &str) -> Result<LoadSpec, String> {
     let split = shlex::split(s).ok_or_else(|| format!("the load `{s}` has an unclosed quote"))?;
     // A placeholder such as {{int 1 100}} is one argument even when the user did not quote it.
     let mut words: Vec<String> = Vec::new();
@@ -390,11 +394,16 @@ fn parse_load_rate(s: &str) -> Result<LoadRate, String> {
 }
 
 #[derive(Args, Debug)]
+#[command(after_help = "Two files: `onefix compare before.onefix after.onefix`. Two commands, timed as hyperfine \
+times them: `onefix compare --runs 10 -- python3 old.py ::: python3 new.py` (one argument holding a space is \
+run by sh -c). Their output is discarded; a command that fails ends the comparison.")]
 pub struct CompareArgs {
     /// Before the change: a load result (`onefix load --json`) or a recording.
-    pub a: PathBuf,
+    #[arg(required_unless_present = "commands")]
+    pub a: Option<PathBuf>,
     /// After the change: the same kind of file as A.
-    pub b: PathBuf,
+    #[arg(required_unless_present = "commands")]
+    pub b: Option<PathBuf>,
     /// Write the comparison as JSON.
     #[arg(long, value_name = "PATH")]
     pub json: Option<PathBuf>,
@@ -402,11 +411,34 @@ pub struct CompareArgs {
     #[arg(long, value_name = "PATH")]
     pub html: Option<PathBuf>,
     /// A CI gate: exit with status 3 when B is slower than A by more than LIMIT (e.g. 5%) with
-    /// 95% confidence (the comparison's test agrees, and the whole 95% interval of the slowdown
-    /// lies above LIMIT), saying why in one line. Load results and recordings made with --load
-    /// are judged by their primary metric; other recordings by each line's cost.
+    /// 95% confidence, saying why in one line. Load results and recordings made with --load
+    /// are judged by their primary metric; two runs that went to their end (a batch program) by
+    /// their wall time (repeated runs by their test and interval; one run each by the ratio of
+    /// the two, beyond what one run can differ by on its own); other recordings by each line's
+    /// cost.
     #[arg(long = "fail-if-slower", value_name = "LIMIT", value_parser = parse_slowdown_limit)]
     pub fail_if_slower: Option<f64>,
+    /// With commands: time each this many times, A and B alternating after the warm-up, so
+    /// that the machine's drift falls on both.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(2..=10_000))]
+    pub runs: u32,
+    /// With commands: untimed runs of each before the timed ones (caches, the page cache).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1_000))]
+    pub warmup: u32,
+    /// With commands: time them only; by default one more run of each is recorded, to say
+    /// which lines' time went away.
+    #[arg(long)]
+    pub no_profile: bool,
+    /// Directory holding your own code (repeatable); default: what each recording was made with.
+    #[arg(long = "user-code", value_name = "DIR")]
+    pub user_code: Vec<PathBuf>,
+    /// An installed package to take as your code (repeatable); default: what each recording
+    /// was made with.
+    #[arg(long = "package", value_name = "NAME")]
+    pub packages: Vec<String>,
+    /// Two commands to time, separated by `:::`: `-- ./old ::: ./new`.
+    #[arg(last = true, value_name = "A ::: B")]
+    pub commands: Vec<String>,
 }
 
 #[derive(Args, Debug)]

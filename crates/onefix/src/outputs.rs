@@ -29,6 +29,7 @@ impl From<ModeArg> for Mode {
 /// working directory and the directory of the script it runs.
 /// With `--package`, the named packages' directories, alone or beside `--user-code`'s.
 pub fn user_code(profile: &Profile, args: &OutputArgs) -> UserCode {
+    let args = &view_of(profile, args);
     if args.user_code.is_empty() && args.packages.is_empty() {
         return UserCode::of_recording(profile);
     }
@@ -37,6 +38,20 @@ pub fn user_code(profile: &Profile, args: &OutputArgs) -> UserCode {
         args.user_code.iter().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())).collect();
     dirs.extend(package_dirs(profile, args).0);
     UserCode::new(dirs, base)
+}
+
+/// `--user-code` and `--package` as given now, or, when neither is, as given to `record`
+/// (kept in the recording): a recording is read the way it was asked to be read.
+pub fn view_of<'a>(profile: &Profile, args: &'a OutputArgs) -> std::borrow::Cow<'a, OutputArgs> {
+    match profile.view() {
+        Some(view) if args.user_code.is_empty() && args.packages.is_empty() => {
+            let mut recorded = args.clone();
+            recorded.user_code = view.user_code.iter().map(PathBuf::from).collect();
+            recorded.packages = view.packages;
+            std::borrow::Cow::Owned(recorded)
+        }
+        _ => std::borrow::Cow::Borrowed(args),
+    }
 }
 
 /// The directories of `--package`'s names among the recording's frames, and the names that
@@ -52,6 +67,7 @@ fn package_dirs(profile: &Profile, args: &OutputArgs) -> (Vec<PathBuf>, Vec<Stri
 /// True when every name given matched nothing and no `--user-code` was given either: the view
 /// asked for has no code in the recording.
 pub fn warn_unmatched_packages(profile: &Profile, args: &OutputArgs) -> bool {
+    let args = &view_of(profile, args);
     let (matched, unmatched) = package_dirs(profile, args);
     if unmatched.is_empty() {
         return false;
@@ -162,6 +178,9 @@ pub struct Planned {
     pub html: Option<Output>,
     pub firefox: Option<Output>,
     pub sarif: Option<Output>,
+    /// The terminal summary goes to stderr even when no output takes stdout: `record`'s, when
+    /// stdout is not a terminal, since the target writes there too (`record -- tool > out`).
+    pub summary_on_stderr: bool,
 }
 
 impl Planned {
@@ -177,6 +196,7 @@ impl Planned {
             html: one(&args.html, "HTML report", true)?,
             firefox: one(&args.firefox, "Firefox Profiler profile", true)?,
             sarif: one(&args.sarif, "SARIF report", true)?,
+            summary_on_stderr: false,
         })
     }
 
@@ -206,7 +226,7 @@ impl Planned {
 /// output took stdout). An output that cannot be written is reported and the others are still
 /// written.
 pub fn write_all(profile: &Profile, diagnosis: &Diagnosis, mode: Mode, planned: Planned, complete: bool) -> Result<()> {
-    let summary_to_stderr = planned.uses_stdout();
+    let summary_to_stderr = planned.uses_stdout() || planned.summary_on_stderr;
     let mut failures = Vec::new();
     let mut out = |o: Option<Output>, f: &dyn Fn(&mut dyn Write) -> io::Result<()>| {
         if let Some(o) = o {
@@ -324,7 +344,8 @@ fn output_by_extension(path: &Path) -> Option<Result<&'static str, String>> {
 
 /// Resolves `-o`, `--no-save` and the output flags into checked outputs, refusing in one
 /// sentence anything that could not be written (or two outputs on one file) before the target
-/// starts. `default_name` names the recording when `-o` does not.
+/// starts. `default_name` names the recording when `-o` does not. `starts_target`: the target
+/// is a command onefix starts, which writes to the same stdout.
 pub fn plan_record(
     output: Option<&Path>,
     no_save: bool,
@@ -332,6 +353,7 @@ pub fn plan_record(
     args: &OutputArgs,
     load_json: Option<&Path>,
     quiet: bool,
+    starts_target: bool,
 ) -> Result<RecordPlan> {
     let mut args = args.clone();
     let mut recording_path = output.map(Path::to_path_buf);
@@ -374,7 +396,11 @@ pub fn plan_record(
         (false, Some(p)) => Some(output::check(&p, "recording", false)?),
         (false, None) => Some(output::check(&default_name(), "recording", false)?),
     };
-    let outputs = Planned::check(&args)?;
+    let mut outputs = Planned::check(&args)?;
+    // A target onefix starts shares its stdout: when that is a file or a pipe, the program's
+    // own output goes there alone, and onefix's summary to stderr (as py-spy and perf print
+    // theirs). A process attached to (`--pid`) writes elsewhere.
+    outputs.summary_on_stderr = starts_target && !io::stdout().is_terminal();
     let load_json = load_json.map(|p| output::check(p, "load's JSON result", true)).transpose()?;
     let mut all = outputs.all();
     all.extend(recording.iter());
@@ -386,9 +412,9 @@ pub fn plan_record(
 
 /// Prints the summary of a load and writes its JSON result where asked.
 /// The summary goes to stderr when the JSON result takes stdout (`--json -`).
-pub fn emit_load(result: &LoadResult, json: Option<Output>) -> Result<()> {
+pub fn emit_load(result: &LoadResult, json: Option<Output>, to_stderr: bool) -> Result<()> {
     match &json {
-        Some(o) if o.is_stdout() => eprint!("{}", summary::render(result)),
+        Some(o) if o.is_stdout() || to_stderr => eprint!("{}", summary::render(result)),
         _ => print!("{}", summary::render(result)),
     }
     if let Some(out) = json {

@@ -25,8 +25,23 @@ fn one_sentence(out: &Output) -> String {
     }
     let lines: Vec<&str> =
         err.lines().filter(|l| !l.trim().is_empty() && !l.starts_with("For more information")).collect();
-    assert_eq!(lines.len(), 1, "exactly one sentence on stderr, got: {err}");
-    lines[0].to_owned()
+    // `record`'s summary is on stderr when stdout is not a terminal (here, a pipe), beside the
+    // sentences: its header names the samples, and its other lines carry no `onefix:` prefix.
+    let summary = lines.iter().any(|l| is_summary_header(l));
+    let sentences: Vec<&str> = if summary {
+        lines.into_iter().filter(|l| l.starts_with("onefix: ") && !is_summary_header(l)).collect()
+    } else {
+        lines
+    };
+    assert_eq!(sentences.len(), 1, "exactly one sentence on stderr, got: {err}");
+    sentences[0].to_owned()
+}
+
+/// The first line of a recording's summary: `onefix: 131 samples over 1.88 s (...) of ...`.
+fn is_summary_header(line: &str) -> bool {
+    line.strip_prefix("onefix: ")
+        .and_then(|rest| rest.split_once(' '))
+        .is_some_and(|(n, rest)| n.replace(',', "").parse::<u64>().is_ok() && rest.starts_with("sample"))
 }
 
 /// Runs onefix, expects failure with `code` and one sentence containing every `expect`.
@@ -359,7 +374,7 @@ fn a_disk_that_fills_during_a_recording_keeps_what_fit_and_says_where() {
     assert_eq!(out.status.code(), Some(1), "{sentence}");
     assert!(sentence.contains(&rec.display().to_string()) && sentence.contains("No space left"), "{sentence}");
     // The report on stdout is whole: it comes from memory, not from the full file.
-    assert!(String::from_utf8_lossy(&out.stdout).contains("grow.py"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("grow.py"), "{}", String::from_utf8_lossy(&out.stderr));
     // What fit on the disk is kept under the recording's own partial name (the destination
     // would otherwise be replaced by half a recording), reads back, and says it ends early.
     let partial = disk.0.join("rec.onefix.partial");
@@ -460,6 +475,7 @@ fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
     let out = profiler.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(!err.lines().any(|l| l.starts_with("onefix:")), "no complaint from onefix: {err}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("signal 2"), "the target's end is still reported");
+    // The summary is on stderr (stdout is a pipe here): its header, and no sentence besides.
+    assert!(!err.lines().any(|l| l.starts_with("onefix:") && !is_summary_header(l)), "no complaint from onefix: {err}");
+    assert!(err.contains("signal 2"), "the target's end is still reported");
 }

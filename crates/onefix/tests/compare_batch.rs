@@ -29,9 +29,9 @@ fn two_runs_of_a_batch_job_are_compared_by_their_run_time_and_each_lines_time_pe
         onefix().arg("compare").arg(&recordings[0].0).arg(&recordings[1].0).arg("--json").arg(&json).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.starts_with("the runs (each went to its end): B took "), "{text}");
-    assert!(text.contains("x less wall time"), "{text}");
-    assert!(text.contains("one run each: no spread"), "{text}");
+    assert!(text.starts_with("the runs (each went to its end): B is "), "{text}");
+    assert!(text.contains("x faster by its wall time"), "{text}");
+    assert!(text.contains("one run each: a difference under"), "{text}");
     let c: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let runs = &c["runs"];
     assert!(runs["wall_speedup"].as_f64().unwrap() > 2.0, "{c:#}");

@@ -48,8 +48,9 @@ fn a_tls_server_is_profiled_under_an_https_load_and_its_loads_compared() {
         }
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "onefix failed: {}", String::from_utf8_lossy(&out.stderr));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(stdout.contains("the load, while the server was profiled"), "{stdout}");
+        // Not a terminal: the summary and the load's are on stderr, beside the server's output.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("the load, while the server was profiled"), "{stderr}");
         let read =
             |name: String| -> Value { serde_json::from_slice(&std::fs::read(scratch.path(&name)).unwrap()).unwrap() };
         (read(format!("{variant}.json")), read(format!("load-{variant}.json")))

@@ -107,7 +107,8 @@ fn idle_pool_workers_are_not_findings() {
         let code = f["code"].as_str().unwrap_or("");
         assert!(!code.contains(".result()"), "a thread waiting for a worker is not a cost: {report:#}");
     }
-    let summary = String::from_utf8_lossy(&out.stdout);
+    // stdout is the program's (a pipe here): the summary is on stderr.
+    let summary = String::from_utf8_lossy(&out.stderr);
     assert!(summary.contains("idle for want of work"), "{summary}");
 }
 
@@ -222,7 +223,7 @@ fn a_target_that_crashes_mid_recording_is_reported_with_its_status() {
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(report["exit"]["signal"], 9, "{report:#}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("signal 9"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("signal 9"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 const LOG_SCAN_C: &str = r#"// Count log lines that match a pattern: the pattern is compiled again for every line.

@@ -148,3 +148,44 @@ fn no_user_code_says_which_exclusion_applied_and_an_unknown_package_is_said() {
     assert!(stderr.contains("--package nosuchpkg"), "{stderr}");
     assert!(!both["findings"].as_array().unwrap().is_empty(), "{both:#}");
 }
+
+#[test]
+fn a_recording_made_with_package_is_read_with_it_by_report_sarif_and_compare() {
+    let s = Scratch::new("maintainer-kept");
+    let (_site, package) = installed_package(&s);
+    let driver = s.path("driver.py");
+    std::fs::write(&driver, DRIVER).unwrap();
+    let (recorded, _) = record(&s, &["--package", "tallylib"], &driver);
+    let (file, line) = rank_one(&recorded);
+    assert!(Path::new(&file).starts_with(&package), "the recording run's rank 1 is the package's: {file}:{line}");
+
+    // No flag: the recording's own view.
+    let (reported, _) = report(&s, &[]);
+    assert_eq!(rank_one(&reported), (file.clone(), line), "report gives the recording run's rank 1");
+    // Told otherwise, it reads otherwise: the driver's line.
+    let (user_view, _) = report(&s, &["--user-code", s.0.to_str().unwrap()]);
+    assert!(rank_one(&user_view).0.ends_with("driver.py"), "{user_view:#}");
+
+    let sarif = s.path("r.sarif");
+    let out = onefix().arg("report").arg(s.path("rec.onefix")).arg("--sarif").arg(&sarif).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let sarif: Value = serde_json::from_slice(&std::fs::read(&sarif).unwrap()).unwrap();
+    assert!(!sarif["runs"][0]["results"].as_array().unwrap().is_empty(), "{sarif:#}");
+
+    let json = s.path("c.json");
+    let out = onefix()
+        .arg("compare")
+        .arg(s.path("rec.onefix"))
+        .arg(s.path("rec.onefix"))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let c: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let lines = c["lines"].as_array().unwrap();
+    assert!(
+        lines.iter().any(|l| l["at_a"].as_str().is_some_and(|at| at.starts_with("__init__.py:"))),
+        "compare reads the package's lines: {c:#}"
+    );
+}

@@ -103,7 +103,7 @@ fn a_forking_target_s_heap_is_its_own_and_its_children_are_told_apart() {
     let rss = report["memory"]["peak_rss_bytes"].as_f64().unwrap();
     assert!(heap <= 1.2 * rss, "sampled heap at peak {heap} against peak RSS {rss}");
     assert!(report["memory"]["exited_children"].as_array().unwrap().len() >= 20, "{:#}", report["memory"]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("child processes exited during the recording"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("child processes exited during the recording"));
 }
 
 /// Writes `name` into the scratch directory and gives its path.
@@ -126,7 +126,8 @@ fn record_json(s: &Scratch, command: &[&str]) -> (Value, String) {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_follows_findings_schema(&report);
-    (report, String::from_utf8_lossy(&out.stdout).into_owned())
+    // stdout is the target's (a pipe here): onefix's summary is on stderr.
+    (report, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 const SECOND: &str = "import time\ndef second_work():\n    return sum(i * i for i in range(5000))  # SECOND\nend = time.time() + 2\nwhile time.time() < end:\n    second_work()\n";

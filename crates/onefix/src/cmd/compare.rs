@@ -12,9 +12,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use onefix_diagnose::compare::{
-    compare_heaps, compare_lines, compare_runs, HeapComparison, LineComparison, RunComparison,
+    compare_heaps, compare_lines, compare_runs, run_time_of, HeapComparison, LineComparison, RunComparison,
 };
-use onefix_diagnose::gate::{lines_slower_beyond, slower_beyond, SlowdownVerdict};
+use onefix_diagnose::gate::{lines_slower_beyond, runs_slower_beyond, slower_beyond, SlowdownVerdict};
 use onefix_load::compare::{self, Comparison};
 use onefix_load::LoadResult;
 use onefix_model::recording::read_recording;
@@ -77,14 +77,22 @@ struct MemoryComparison {
 }
 
 pub fn run(args: CompareArgs) -> Result<ExitCode> {
+    if !args.commands.is_empty() {
+        return super::timed_runs::run(args);
+    }
+    let (Some(path_a), Some(path_b)) = (args.a.clone(), args.b.clone()) else {
+        bail!("give two recordings or load results to compare, or two commands after `--` (-- ./old ::: ./new)");
+    };
+    let view =
+        OutputArgs { user_code: args.user_code.clone(), packages: args.packages.clone(), ..OutputArgs::default() };
     // The outputs are checked before the inputs are read; neither may land on an input.
     let json = args.json.as_deref().map(|p| crate::output::check(p, "comparison's JSON", false)).transpose()?;
     let html = args.html.as_deref().map(|p| crate::output::check(p, "HTML comparison", false)).transpose()?;
     let all: Vec<_> = json.iter().chain(html.iter()).collect();
-    crate::output::check_distinct(&all, &[args.a.as_path(), args.b.as_path()])?;
+    crate::output::check_distinct(&all, &[path_a.as_path(), path_b.as_path()])?;
     let (mut json, mut html) = (json, html);
-    let (a, b) = (read_input(&args.a)?, read_input(&args.b)?);
-    let (name_a, name_b) = (file_name(&args.a), file_name(&args.b));
+    let (a, b) = (read_input(&path_a)?, read_input(&path_b)?);
+    let (name_a, name_b) = (file_name(&path_a), file_name(&path_b));
     let mut html_done = false;
     let gate = args.fail_if_slower;
     let verdict = match (a, b) {
@@ -107,7 +115,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
                 bail!("one recording tracks memory and the other time: compare two of the same kind")
             }
             _ => {
-                let c = compare_recordings(&a, &b, &name_a, &name_b)?;
+                let c = compare_recordings(&a, &b, &name_a, &name_b, &view)?;
                 write_json(json.take(), &c)?;
                 if let Some(out) = html.take() {
                     let verdicts = onefix_report::compare::verdicts(
@@ -121,9 +129,12 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
                     write_html_pair(out, (&a, &name_a), (&b, &name_b), &comparison)?;
                     html_done = true;
                 }
-                gate.map(|limit| match &c.load {
-                    Some(load) => load_gate(load, limit),
-                    None => lines_slower_beyond(&c.lines, limit),
+                // A server by its load; a batch run by its run time; else (an attach, a run cut
+                // short) by its lines' cost per window.
+                gate.map(|limit| match (&c.load, &c.runs) {
+                    (Some(load), _) => load_gate(load, limit),
+                    (None, Some(runs)) => runs_slower_beyond(runs, limit),
+                    (None, None) => lines_slower_beyond(&c.lines, limit),
                 })
             }
         },
@@ -156,7 +167,7 @@ fn load_gate(c: &Comparison, limit: f64) -> SlowdownVerdict {
 }
 
 /// The two recordings on one page, side by side, with their differential flame graph.
-fn write_html_pair(
+pub(crate) fn write_html_pair(
     out: crate::output::Output,
     (a, name_a): (&Profile, &str),
     (b, name_b): (&Profile, &str),
@@ -199,16 +210,31 @@ fn compare_loads(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Option
     Some((c, la, lb))
 }
 
-fn compare_recordings(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Result<RecordingComparison> {
+fn compare_recordings(
+    a: &Profile,
+    b: &Profile,
+    name_a: &str,
+    name_b: &str,
+    view: &OutputArgs,
+) -> Result<RecordingComparison> {
     let load = compare_loads(a, b, name_a, name_b);
     // Per request when both runs were driven by a load (their mean rate), else per second.
     let per_request = match &load {
         Some((_, la, lb)) if la.completed > 0 && lb.completed > 0 => Some((la.achieved_rps, lb.achieved_rps)),
         _ => None,
     };
-    let lines = compare_lines(a, b, outputs::knowledge_base(), per_request)?;
+    let (user_a, user_b) = (outputs::user_code(a, view), outputs::user_code(b, view));
+    let kb = outputs::knowledge_base();
+    let runs_possible = load.is_none() && run_time_of(a).is_some() && run_time_of(b).is_some();
+    let lines = match compare_lines(a, b, kb, (&user_a, &user_b), per_request) {
+        Ok(lines) => lines,
+        // Two whole runs are judged by their run time however few samples they hold.
+        Err(e) if runs_possible => LineComparison::none(format!("{e} (a run this short is judged by its run time)")),
+        Err(e) => return Err(e.into()),
+    };
     // A batch program's fix shows in its run time first.
-    let runs = if load.is_none() { compare_runs(a, b, outputs::knowledge_base(), lines.window_s) } else { None };
+    let window = (lines.not_compared.is_none()).then_some(lines.window_s);
+    let runs = if load.is_none() { compare_runs(a, b, kb, (&user_a, &user_b), window) } else { None };
     if let Some(r) = &runs {
         println!("{}", render_runs(r, name_a, name_b));
     }

@@ -59,6 +59,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         &args.outputs,
         load_json,
         args.quiet,
+        args.pid.is_none(),
     )?;
     let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
     catch_interrupts();
@@ -213,11 +214,17 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             None => crate::messages::say(format_args!("could not write the recording {shown} ({e})")),
         }
     });
+    let summary_on_stderr = planned.summary_on_stderr;
     let diagnosis =
         memory_report::report(&profile, Some(&info), args.memory_view.memory_view, &args.outputs, planned, true)?;
     if let (Some(result), Some(_)) = (&load_result, &args.load) {
-        println!("\nthe load, while the server was tracked:");
-        outputs::emit_load(result, load_json)?;
+        // Beside the summary: on stderr when stdout is not a terminal (the server's own stream).
+        if summary_on_stderr {
+            eprintln!("\nthe load, while the server was tracked:");
+        } else {
+            println!("\nthe load, while the server was tracked:");
+        }
+        outputs::emit_load(result, load_json, summary_on_stderr)?;
     }
     let streamed = recording.dest.as_ref().is_some_and(|d| matches!(d.dest, crate::output::Dest::Stream { .. }));
     match saved_at {

@@ -8,5 +8,6 @@ pub mod load;
 pub mod memory;
 pub mod record;
 pub mod report;
+pub mod timed_runs;
 pub mod top;
 mod top_output;

@@ -45,11 +45,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         &args.outputs,
         load_json,
         args.quiet,
+        args.pid.is_none(),
     )?;
     let outputs::RecordPlan { mut recording, outputs: planned, load_json } = plan;
 
     catch_interrupts();
     recording.open_stream().map_err(|e| anyhow::anyhow!("cannot write the recording: {e}"))?;
+    // The CPU time of the children onefix reaped so far: what the program adds to it is its own.
+    let children_cpu_before = children_cpu_s();
     // On failure the partial recording, which holds nothing yet, goes with `recording`.
     let started_target = start_target(&TargetSpec::of_record(&args)).map_err(|e| match (&load, exited_early(&e)) {
         // A server that ends before it can even be read has, above all, not listened.
@@ -101,6 +104,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         .write_attachment(attachments::MACHINE, &machine)
         .with_context(|| format!("cannot write the recording to {shown}"))?;
 
+    // What the user named as their code travels with the recording: `report`, `compare` and
+    // `top` read it the same way unless told otherwise.
+    if !args.outputs.packages.is_empty() || !args.outputs.user_code.is_empty() {
+        let view = attachments::View {
+            user_code: if args.outputs.user_code.is_empty() { Vec::new() } else { profile.meta.user_code.clone() },
+            packages: args.outputs.packages.clone(),
+        };
+        let json = profile.attach(attachments::VIEW, &view);
+        writer
+            .write_attachment(attachments::VIEW, &json)
+            .with_context(|| format!("cannot write the recording to {shown}"))?;
+    }
     let schedule =
         Schedule { rate_hz: tick_hz, duration: args.duration, flush_every: Duration::from_secs(1), seed: args.seed };
     let progress = !args.quiet && std::io::stderr().is_terminal();
@@ -166,11 +181,30 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     if let Some(status) = status {
         status.release();
     }
+    let driven_none = driven.is_none();
     let load_result = driven.map(DrivenLoad::finish);
     let elapsed_us = started.elapsed().as_micros() as u64;
     // Only now, with sampling stopped, is a child we started stopped if need be and reaped
     // (see onefix_collect::process).
     profile.meta.exit = Some(sampler.stop(&mut profile, elapsed_us, outcome.reason == StopReason::TargetExited, pid));
+    // A program onefix started and saw end has a run time of its own, as `time` would give it:
+    // what a batch fix is judged by first.
+    let ended = matches!(profile.meta.exit, Some(TargetExit::Code(_) | TargetExit::Signal(_)));
+    if spawned && ended && outcome.reason == StopReason::TargetExited && driven_none {
+        let (user_s, system_s) = children_cpu_s();
+        let run = attachments::RunTimes {
+            wall_s: started.duration_since(started_at.unwrap_or(started)).as_secs_f64() + elapsed_us as f64 / 1e6,
+            user_s: (user_s - children_cpu_before.0).max(0.0),
+            system_s: (system_s - children_cpu_before.1).max(0.0),
+            resolution_s: 1.5 / tick_hz.max(0.1),
+        };
+        let json = profile.attach(attachments::RUN_TIMES, &run);
+        if outcome.write_error.is_none() {
+            if let Err(e) = writer.write_attachment(attachments::RUN_TIMES, &json) {
+                crate::messages::say(format_args!("could not add the run's time to the recording ({e})"));
+            }
+        }
+    }
     for warning in sampler.warnings() {
         crate::messages::say(warning);
     }
@@ -247,7 +281,20 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     profile.samples = on_disk.map(|l| l.profile.samples).unwrap_or_default();
     profile.samples.extend(unwritten);
     if profile.sample_count() == 0 {
-        // The file holds metadata alone: nothing worth keeping (it is removed with `recording`).
+        // A program that ran to its end, well, but faster than one sampling interval still has
+        // its run time: what `compare` judges a batch fix by (a 2 s job made 10 ms). That much
+        // is kept; anything else holding metadata alone is removed with `recording`.
+        let kept_run_time = profile.run_times().filter(|_| matches!(profile.meta.exit, Some(TargetExit::Code(0))));
+        if let (Some(run), Ok(())) = (kept_run_time, &written) {
+            if let Ok(Some(at)) = recording.persist() {
+                crate::messages::say(format_args!(
+                    "no sample was taken: the program ran {:.3} s and ended before the first read; its run time is saved to {} for `onefix compare`",
+                    run.wall_s,
+                    at.display()
+                ));
+                return Ok(ExitCode::from(RECORDED_BUT_INCOMPLETE));
+            }
+        }
         bail!("{}", no_sample_sentence(&profile.meta.exit, elapsed_us));
     }
     // Where the recording ends up: in place when whole, else what fit, under its own name.
@@ -292,6 +339,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     };
     // An output that failed at the end (disk full) is said, with where the recording is to
     // render it again; the run still recorded, so the exit is 1, not 2.
+    let summary_on_stderr = planned.summary_on_stderr;
     let outputs_failed = match outputs::write_all(&profile, &diagnosis, mode, planned, true) {
         Ok(()) => false,
         Err(e) => {
@@ -307,10 +355,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         }
     };
     if let (Some(result), Some(_)) = (&load_result, &args.load) {
-        println!("\nthe load, while the server was profiled:");
-        outputs::emit_load(result, load_json)?;
+        // Beside the summary: on stderr when stdout is not a terminal (the server's own stream).
+        let say = |text: String| if summary_on_stderr { eprintln!("{text}") } else { println!("{text}") };
+        say("\nthe load, while the server was profiled:".to_owned());
+        outputs::emit_load(result, load_json, summary_on_stderr)?;
         if let Some(note) = time_outside_the_server(&diagnosis, result) {
-            println!("  note: {note}");
+            say(format!("  note: {note}"));
         }
     }
     // Ctrl-C in a terminal reaches the target too (same process group): a target ended by the
@@ -376,6 +426,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         return Ok(ExitCode::from(crate::messages::GATE_FAILED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The user and system CPU time, in seconds, of the children this process has reaped.
+fn children_cpu_s() -> (f64, f64) {
+    // SAFETY: an all-zero rusage is valid, and getrusage fills it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_CHILDREN of this process, written into the local.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } != 0 {
+        return (0.0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(usage.ru_utime), secs(usage.ru_stime))
 }
 
 /// The command as people typed it, for messages: `python3 app.py`, or the pid attached to.

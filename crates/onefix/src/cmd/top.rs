@@ -96,7 +96,24 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         Some(f) => Some(RecordingWriter::new(BufWriter::new(f), &profile.meta).context("cannot write the recording")?),
         None => None,
     };
-    let user = UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), cwd.as_deref().map(Path::new));
+    let mut user = UserCode::new(profile.meta.user_code.iter().map(PathBuf::from), cwd.as_deref().map(Path::new));
+    // `--package`: the packages' directories are found among the frames seen so far, so the
+    // view is settled anew each round; it travels with a saved recording, as `record`'s does.
+    let view = crate::cli::OutputArgs {
+        user_code: args.user_code.clone(),
+        packages: args.packages.clone(),
+        ..Default::default()
+    };
+    if !args.packages.is_empty() {
+        let kept = onefix_model::attachments::View {
+            user_code: if args.user_code.is_empty() { Vec::new() } else { profile.meta.user_code.clone() },
+            packages: args.packages.clone(),
+        };
+        let json = profile.attach(onefix_model::attachments::VIEW, &kept);
+        if let Some(w) = writer.as_mut() {
+            w.write_attachment(onefix_model::attachments::VIEW, &json).context("cannot write the recording")?;
+        }
+    }
     let kb = KnowledgeBase::builtin();
 
     let screen = Screen::open();
@@ -159,6 +176,9 @@ pub fn run(args: TopArgs) -> Result<ExitCode> {
         let now_us = started.elapsed().as_micros() as u64;
         window.retain(|s| s.time_us + window_us >= now_us);
         profile.samples = window.clone();
+        if !args.packages.is_empty() {
+            user = crate::outputs::user_code(&profile, &view);
+        }
         let diagnosis = diagnose(
             &profile,
             &kb,
