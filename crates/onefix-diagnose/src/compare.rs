@@ -277,8 +277,10 @@ impl RunComparison {
             (true, false) => "slower",
             _ => "unclear",
         };
+        // The interval in the verdict's own terms: of how many times slower, when slower.
         let interval = metric
             .ci95
+            .map(|[lo, hi]| if metric.speedup < 1.0 { [1.0 / hi, 1.0 / lo] } else { [lo, hi] })
             .map(|[lo, hi]| format!(" [{}, {}]", stats::fmt_num(lo), stats::fmt_num(hi)))
             .unwrap_or_default();
         let p = metric.test.as_ref().map(|t| format!(", {}", stats::fmt_p(t.p_value))).unwrap_or_default();
