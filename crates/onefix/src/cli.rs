@@ -21,6 +21,9 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// Sample a program (spawned with `-- CMD...` or attached with --pid) and report findings.
+    ///
+    /// The findings are printed on stdout when it is a terminal; otherwise (a file, a pipe, CI)
+    /// on stderr, since a program onefix starts writes its own output to the same stdout.
     Record(RecordArgs),
     /// Render a saved recording again: findings and any output format.
     Report(ReportArgs),
@@ -28,7 +31,8 @@ pub enum Command {
     #[command(after_long_help = onefix_load::template::HELP)]
     Load(LoadArgs),
     /// Say whether B is faster than A, with statistics: two load results (`onefix load --json`),
-    /// or two recordings (which lines' cost went down or up, and their loads if `--load` drove them).
+    /// two recordings (a batch program's run times first; which lines' cost went down or up, and
+    /// their loads if `--load` drove them), or two commands timed in interleaved runs (`--runs`).
     Compare(CompareArgs),
     /// A live view of a running program, redrawn every second: its hottest lines, the current
     /// findings and its threads' states. `q` or Ctrl-C quits.
