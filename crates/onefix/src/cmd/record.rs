@@ -1,5 +1,6 @@
 //! `onefix record`: start or attach, sample until the end, save, diagnose, report.
 
+use onefix_model::fmt::escape_controls_keeping_lines;
 use std::io::{BufReader, BufWriter, IsTerminal};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -310,7 +311,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         println!("\nthe load, while the server was profiled:");
         outputs::emit_load(result, load_json)?;
         if let Some(note) = time_outside_the_server(&diagnosis, result) {
-            println!("  note: {note}");
+            println!("  note: {}", escape_controls_keeping_lines(&note));
         }
     }
     // Ctrl-C in a terminal reaches the target too (same process group): a target ended by the
