@@ -649,8 +649,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("`{s}` must be a positive duration"));
     }
+    // A bound far past any run keeps every deadline computed from a duration representable
+    // (a 20-digit duration would overflow the clock instead of meaning "forever").
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!("`{s}` is longer than the longest duration onefix takes, 365 days (8760h)"));
+    }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// The longest duration any argument takes: a year.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// `524288`, `512k`, `4m`, `1g` (powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -695,6 +703,9 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("8760h"), Ok(MAX_DURATION));
+        assert!(parse_duration("8761h").unwrap_err().contains("365 days"));
+        assert!(parse_duration("99999999999999999999s").unwrap_err().contains("365 days"));
         assert!(parse_rate("0").is_err());
         assert_eq!(parse_time("2026-12-01T13:00:00Z"), Ok(1_796_130_000));
         assert_eq!(parse_time("1700000000"), Ok(1_700_000_000));

@@ -438,6 +438,27 @@ fn rates_and_durations_that_do_not_parse_are_one_sentence_each() {
 }
 
 #[test]
+fn a_twenty_digit_duration_is_one_sentence_for_every_command_not_a_panic() {
+    let huge = "99999999999999999999s";
+    let url = "http://127.0.0.1:1/";
+    let load = format!("{url} --duration {huge}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["record", "--duration", huge, "--", "true"],
+        vec!["record", "--load", &load, "--", "true"],
+        vec!["top", "--duration", huge, "--", "true"],
+        vec!["top", "--window", huge, "--", "true"],
+        vec!["load", "--duration", huge, url],
+        vec!["load", "--timeout", huge, url],
+        vec!["agent", "--interval", huge, "--to", url, "--pid", "1"],
+        vec!["agent", "--timeout", huge, "--to", url, "--pid", "1"],
+        vec!["agent", "--duration", huge, "--to", url, "--pid", "1"],
+    ];
+    for args in commands {
+        fails(onefix().args(&args), 2, &["longer than the longest duration onefix takes, 365 days"]);
+    }
+}
+
+#[test]
 fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
     // A terminal's Ctrl-C signals the whole foreground group: onefix and the target it started.
     // The target dies of that SIGINT; the recording ended as asked, so the exit is 0.
