@@ -252,6 +252,8 @@ pub struct DumpArgs {
 pub struct ReportArgs {
     /// A recording written by `onefix record`, or a profile recorded elsewhere: pprof (`.pb.gz`),
     /// folded stacks, speedscope JSON, or a pprof URL (http://HOST/debug/pprof/profile?seconds=10).
+    /// A profile from elsewhere, file or URL, is read whole, up to 512 MiB; a recording is read as
+    /// a stream, of any size.
     #[arg(value_name = "RECORDING|PROFILE|URL")]
     pub recording: PathBuf,
     /// Weigh samples as wall time or CPU time; default: the mode it was recorded in.
