@@ -60,7 +60,8 @@ pub enum ModeArg {
 }
 
 /// Output files, shared by `record` and `report`. Each is written to a temporary file beside it
-/// and renamed into place when complete; `-` is standard output (not for --pprof).
+/// and renamed into place when complete; `-` is standard output (not for --pprof). A file onefix
+/// creates is 0600 (readable by you alone, like perf.data).
 #[derive(Args, Clone, Debug, Default)]
 pub struct OutputArgs {
     /// Findings as JSON (the documented contract).
@@ -153,6 +154,8 @@ pub struct RecordArgs {
     /// (the recording keeps its default name). A device or FIFO (/dev/null) is written through;
     /// a symbolic link is written through to its target when that is a regular file you can
     /// write, and the link is kept. onefix never removes or truncates a file it did not create.
+    /// In a directory others can write (/tmp), it follows no link and writes no file that is
+    /// not root's or yours. Files it creates are 0600, readable by you alone, like perf.data.
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Keep no recording: only the report and the outputs asked for.
@@ -516,14 +519,16 @@ pub struct AgentArgs {
     /// Samples per second, per target (see BENCHMARKS.md for the cost).
     #[arg(long, short, default_value_t = 19.0, value_parser = parse_rate)]
     pub rate: f64,
-    /// Where batches wait while ClickHouse is away.
+    /// Where batches wait while ClickHouse is away: a directory only the agent's user can write
+    /// (created 0700; its batches are 0600, each with a checksum, and only those are sent).
     #[arg(long, value_name = "DIR", default_value = "/var/lib/onefix/spool")]
     pub spool: PathBuf,
     /// The spool's bound: past it the oldest batches are dropped, and counted.
     #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_spool_bytes)]
     pub spool_max: u64,
     /// Append the agent's messages to this file instead of stderr; SIGHUP reopens it (after
-    /// logrotate has moved it away).
+    /// logrotate has moved it away). Created 0600; in a directory others can write, a link or
+    /// another user's file there is refused.
     #[arg(long, value_name = "PATH")]
     pub log: Option<PathBuf>,
     /// Stop after this long (default: until SIGTERM or Ctrl-C; with --pid, also when every

@@ -66,6 +66,8 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     }
 
     let client = crate::cmd::fleet::client(&args.store)?;
+    crate::output::trust::check_path(&args.spool)
+        .map_err(|why| anyhow::anyhow!("the spool directory {}: {why}", args.spool.display()))?;
     let spool = Spool::open(&args.spool, args.spool_max)?;
     // A schema this onefix cannot write, or none, is said now; an unreachable server is not
     // an error (the batches wait in the spool).
@@ -179,13 +181,22 @@ extern "C" fn on_hangup(_: libc::c_int) {
 
 /// Points stderr, where every message goes, at the end of `path` (created if need be, never
 /// truncated).
+/// In a directory others can write, no link is followed and no file of another user's is
+/// appended to (see `output::trust`); a log onefix creates is 0600.
 fn reopen_log(path: &std::path::Path) -> Result<()> {
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |why: String| anyhow::anyhow!("cannot open the log {}: {why}", path.display());
+    crate::output::trust::check_path(path).map_err(refuse)?;
+    let nofollow = if crate::output::trust::in_shared_dir(path) { libc::O_NOFOLLOW } else { 0 };
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
+        .custom_flags(nofollow)
         .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open the log {}: {e}", path.display()))?;
+        .map_err(|e| refuse(e.to_string()))?;
+    crate::output::trust::check_opened(path, &file).map_err(refuse)?;
     // SAFETY: dup2 onto stderr of a descriptor we own; the file is closed after, stderr keeps it.
     if unsafe { libc::dup2(file.as_raw_fd(), libc::STDERR_FILENO) } < 0 {
         bail!("cannot log to {}: {}", path.display(), std::io::Error::last_os_error());
