@@ -484,3 +484,35 @@ fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
     assert!(!err.lines().any(|l| l.starts_with("onefix:")), "no complaint from onefix: {err}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("signal 2"), "the target's end is still reported");
 }
+
+/// A `python2.7` that answers a version question as Python 2.7 does, and otherwise is the
+/// program run: it leaves a mark and writes to its stderr what Python 2.7 would have written
+/// of onefix's bootstrap. (No Python 2.7 is installed; onefix's refusal asks the version of
+/// the interpreter, so this is the path a real one takes.)
+const FAKE_PYTHON27: &str = r#"#!/bin/sh
+if [ "$1" = "-E" ] && [ "$2" = "-S" ] && [ "$3" = "-c" ]; then printf '2.7'; exit 0; fi
+echo ran > "$(dirname "$0")/ran"
+echo 'Error in sitecustomize; set PYTHONVERBOSE for traceback:' >&2
+"#;
+
+#[test]
+fn a_python_onefix_cannot_read_is_refused_before_it_starts_with_nothing_in_its_stderr() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("python27");
+    let python = s.path("python2.7");
+    std::fs::write(&python, FAKE_PYTHON27).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Run as `python2.7 app.py`, and as a script whose #! line names it.
+    let script = s.path("app.py");
+    std::fs::write(&script, format!("#!{}\nprint 'hello'\n", python.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for command in [vec![s.arg("python2.7"), s.arg("app.py")], vec![s.arg("app.py")]] {
+        let sentence = fails(
+            onefix().args(["record", "-o", &s.arg("rec.onefix"), "--"]).args(&command),
+            2,
+            &["is Python 2.7, which onefix cannot read", "CPython 3.8 to 3.13", "not started"],
+        );
+        assert!(!sentence.contains("sitecustomize"), "{sentence}");
+        assert!(!s.path("ran").exists(), "the program was started: {command:?}");
+    }
+}
