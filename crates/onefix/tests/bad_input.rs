@@ -516,3 +516,31 @@ fn a_python_onefix_cannot_read_is_refused_before_it_starts_with_nothing_in_its_s
         assert!(!s.path("ran").exists(), "the program was started: {command:?}");
     }
 }
+
+#[test]
+fn a_refused_clickhouse_url_is_never_said_with_its_password() {
+    let url = "http://ingest:hunter2@127.0.0.1:1/?database=onefix";
+    let sentence =
+        fails(onefix().args(["fleet", "init", "--to", url]), 2, &["holds credentials", "ingest:***@127.0.0.1:1"]);
+    assert!(!sentence.contains("hunter2"), "{sentence}");
+}
+
+#[test]
+fn a_credentials_file_others_can_read_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("credentials");
+    let file = s.path("clickhouse.credentials");
+    std::fs::write(&file, "user=ingest\npassword=hunter2\n").unwrap();
+    let warned = |mode: u32| {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = onefix()
+            .args(["fleet", "init", "--to", "http://127.0.0.1:1/?database=onefix", "--credentials"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "nothing listens on port 1");
+        String::from_utf8_lossy(&out.stderr).contains("can be read by others")
+    };
+    assert!(warned(0o644), "a 0644 credentials file is used without a word");
+    assert!(!warned(0o600));
+}

@@ -210,3 +210,38 @@ fn recordings_reports_and_spooled_batches_are_not_readable_by_another_user() {
         assert!(!other.can_read(batch), "another user read {}", batch.display());
     }
 }
+
+#[test]
+fn an_agent_that_may_not_read_a_root_process_says_so_and_fails() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run a process the agent's user may not read (CI runs this as root)");
+        return;
+    }
+    let other = OtherUser::create("agent");
+    let s = Scratch::new("agent-not-allowed");
+    std::fs::set_permissions(&s.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let spool = s.path("spool");
+    std::fs::create_dir(&spool).unwrap();
+    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(&spool, Some(other_uid(&other)), None).unwrap();
+    let mut target = Command::new("python3").args(["-c", &busy_python(30.0)]).spawn().unwrap();
+    let pid = target.id().to_string();
+    let out = other.run(&[
+        env!("CARGO_BIN_EXE_onefix"),
+        "agent",
+        "--to",
+        "http://127.0.0.1:1/?database=onefix",
+        "--pid",
+        &pid,
+        "--duration",
+        "10s",
+        "--spool",
+        &spool.display().to_string(),
+    ]);
+    let _ = target.kill();
+    let _ = target.wait();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains(&format!("cannot profile process {pid}")), "{err}");
+    assert!(err.contains("no target could be profiled") && !err.contains("every target has exited"), "{err}");
+}

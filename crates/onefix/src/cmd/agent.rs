@@ -96,6 +96,9 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     };
     let host = args.host.clone().unwrap_or_else(hostname);
     let mut targets: HashMap<u32, JoinHandle<()>> = HashMap::new();
+    // How many targets were profiled at all: an agent that could read none of its --pid
+    // targets (another user's process, a Python it cannot read) failed, and says so.
+    let profiled = Arc::new(AtomicU64::new(0));
     // Processes whose profiling ended (exited, or could not be profiled), by pid and start
     // time: not tried again every scan, while a new process that reuses the pid is.
     let mut done: HashSet<(u32, u64)> = HashSet::new();
@@ -143,11 +146,16 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
                 spool: spool.clone(),
                 spooled: spooled.clone(),
                 stop: sampling_stop.clone(),
+                profiled: profiled.clone(),
             };
             targets.insert(pid, std::thread::spawn(move || profile_target(ctx)));
         }
         if !following && targets.is_empty() {
-            say("every target has exited");
+            if profiled.load(Ordering::Relaxed) == 0 {
+                say("no target could be profiled");
+            } else {
+                say("every target has exited");
+            }
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -170,6 +178,9 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         spool.dropped_samples,
         args.spool.display(),
     ));
+    if !following && profiled.load(Ordering::Relaxed) == 0 {
+        return Ok(ExitCode::from(crate::messages::NOTHING_RECORDED));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -307,6 +318,8 @@ struct TargetContext {
     /// Batches and samples this run spooled, for the closing summary.
     spooled: Arc<(AtomicU64, AtomicU64)>,
     stop: Arc<AtomicBool>,
+    /// Counts the targets that could be profiled.
+    profiled: Arc<AtomicU64>,
 }
 
 fn unix_now() -> u64 {
@@ -332,6 +345,7 @@ fn profile_target(ctx: TargetContext) {
             return;
         }
     };
+    ctx.profiled.fetch_add(1, Ordering::Relaxed);
     let crate::target::StartedTarget { mut sampler, pid, language, runtime_version, interval_us, tick_hz, .. } =
         started;
     let cwd = process::cwd(pid);

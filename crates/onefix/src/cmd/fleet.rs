@@ -37,6 +37,9 @@ pub fn run(command: FleetCommand) -> Result<ExitCode> {
 pub fn client(store: &StoreArgs) -> Result<Client> {
     let endpoint = Endpoint::parse(&store.to)?;
     let credentials = Credentials::load(store.credentials.as_deref())?;
+    if let Some(warning) = store.credentials.as_deref().and_then(Credentials::exposure) {
+        crate::messages::say(warning);
+    }
     Ok(Client::new(endpoint, credentials, store.timeout))
 }
 
