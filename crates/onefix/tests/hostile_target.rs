@@ -77,6 +77,20 @@ fn escape_sequences_in_source_argv_and_thread_names_reach_no_terminal_and_the_sv
     let shown = String::from_utf8_lossy(&report.stdout);
     assert!(shown.matches(r"\x1b]0;pwn\x07").count() >= 2, "argv and the source line, escaped:\n{shown}");
 
+    // On a terminal the summary is coloured: onefix's own SGR codes, and still nothing of the
+    // target's (no OSC, no BEL). Run under a pty by script(1).
+    let on_pty = Command::new("script")
+        .args(["-qec", &format!("{} report {}", env!("CARGO_BIN_EXE_onefix"), s.arg("rec.onefix")), "/dev/null"])
+        .env_remove("NO_COLOR")
+        .env("TERM", "xterm")
+        .output()
+        .unwrap();
+    assert!(on_pty.status.success(), "{}", String::from_utf8_lossy(&on_pty.stderr));
+    let shown = String::from_utf8_lossy(&on_pty.stdout);
+    assert!(shown.contains("\x1b[1m"), "coloured on a terminal: {shown:?}");
+    assert!(!shown.contains("\x1b]") && !shown.contains('\x07'), "the target's OSC reached the terminal: {shown:?}");
+    assert!(shown.contains(r"\x1b]0;pwn\x07"), "{shown:?}");
+
     let parsed = Command::new("python3")
         .args(["-c", "import xml.dom.minidom, sys; xml.dom.minidom.parse(sys.argv[1])"])
         .arg(&svg)
