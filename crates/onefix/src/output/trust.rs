@@ -11,11 +11,11 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
-/// Whether a directory others may write into: sticky (`/tmp`) or writable by group or others.
-fn shared(dir: &Path) -> Option<(u32, u32)> {
-    let m = std::fs::metadata(dir).ok()?;
-    let mode = m.mode();
-    (mode & 0o1000 != 0 || mode & 0o022 != 0).then_some((mode & 0o7777, m.uid()))
+/// The mode of a directory others may write into: sticky (`/tmp`) or writable by group or
+/// others; `None` for any other directory.
+fn shared(dir: &Path) -> Option<u32> {
+    let mode = std::fs::metadata(dir).ok()?.mode();
+    (mode & 0o1000 != 0 || mode & 0o022 != 0).then_some(mode & 0o7777)
 }
 
 /// Whether files owned by `uid` are trusted: root's, and the user's running onefix (through
@@ -49,7 +49,7 @@ pub fn check_path(path: &Path) -> Result<(), String> {
             continue;
         }
         let dir = super::parent_of(&at);
-        if let Some((mode, _)) = shared(&dir) {
+        if let Some(mode) = shared(&dir) {
             let what = match () {
                 _ if is_link => "a symbolic link",
                 _ if meta.is_dir() => "a directory",
