@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Fuzz onefix's parsers of untrusted input for a bounded time each (issue 8); not run in CI.
+# Fuzz onefix's parsers of untrusted input for a bounded time each (issue 8); CI runs the
+# recording and import targets for 60 s each (.ci/run).
 #
 #   bench/fuzz.sh                  every target, FUZZ_SECONDS (default 300) each
 #   FUZZ_SECONDS=60 bench/fuzz.sh recording template
 #
 # Targets (fuzz/fuzz_targets/): recording (the .onefix reader, then diagnosis and every
-# report writer on what it reads), kb (the knowledge-base loader), template (the load
-# template compiler and renderer). Needs a nightly toolchain and cargo-fuzz
+# report writer on what it reads), import (the pprof, folded and speedscope importers, then
+# diagnosis and every writer, HTML and SVG included), kb (the knowledge-base loader), template
+# (the load template compiler and renderer). Needs a nightly toolchain and cargo-fuzz
 # (`cargo install cargo-fuzz`). Seeds come from fuzz/seeds/<target>, and for kb from the real
 # knowledge base (crates/onefix-diagnose/kb, never a stale copy); the working corpus goes to
 # fuzz/corpus/<target> (not committed). A crash leaves its input in fuzz/artifacts/<target>/:
@@ -17,7 +19,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 FUZZ="$(dirname "$HERE")/fuzz"
 SECONDS_EACH="${FUZZ_SECONDS:-300}"
 TARGETS=("$@")
-[[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=(recording kb template)
+[[ ${#TARGETS[@]} -eq 0 ]] && TARGETS=(recording import kb template)
 cd "$FUZZ"
 cargo +nightly fuzz build -O >&2 || exit 2
 status=0

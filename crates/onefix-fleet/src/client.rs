@@ -21,7 +21,7 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub fn parse(url: &str) -> Result<Endpoint, FleetError> {
-        let bad = |why: &str| FleetError::BadUrl { url: url.to_owned(), why: why.to_owned() };
+        let bad = |why: &str| FleetError::BadUrl { url: without_password(url), why: why.to_owned() };
         let rest = url.strip_prefix("http://").ok_or_else(|| {
             if url.starts_with("https://") {
                 bad("this onefix speaks plain HTTP only (put a TLS proxy such as stunnel in front, or use the server's HTTP port)")
@@ -62,6 +62,15 @@ impl Endpoint {
     }
 }
 
+/// `url` as it may be said back: a password in it (`http://user:secret@host`) shown as `***`.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..authority_end].rfind('@') else { return url.to_owned() };
+    let user = rest[..at].split_once(':').map_or(&rest[..at], |(user, _)| user);
+    format!("{scheme}://{user}:***{}", &rest[at..])
+}
+
 /// A user and password, from the environment or a file: never from the command line, where
 /// every user of the machine could read them in the process list.
 #[derive(Clone, Debug, Default)]
@@ -80,7 +89,11 @@ impl Credentials {
         };
         if let Some(path) = file {
             let fail = |why: String| FleetError::Credentials { path: path.display().to_string(), why };
-            let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+            let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+            // Two lines: anything much longer is not a credentials file.
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::Read::take(file, 64 * 1024), &mut text)
+                .map_err(|e| fail(e.to_string()))?;
             for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
                 match line.split_once('=') {
                     Some(("user", v)) => creds.user = Some(v.trim().to_owned()),
@@ -90,6 +103,16 @@ impl Credentials {
             }
         }
         Ok(creds)
+    }
+
+    /// A warning when the credentials file may be read by others than its owner (a password in a
+    /// 0644 file is every local user's).
+    pub fn exposure(file: &std::path::Path) -> Option<String> {
+        use std::os::unix::fs::MetadataExt;
+        let mode = std::fs::metadata(file).ok()?.mode() & 0o777;
+        (mode & 0o077 != 0).then(|| {
+            format!("the credentials file {} can be read by others (mode {mode:04o}): chmod 600 it", file.display())
+        })
     }
 
     fn user_name(&self) -> &str {
@@ -290,6 +313,15 @@ pub fn quote(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_refused_url_is_said_without_its_password() {
+        let err = super::Endpoint::parse("http://ingest:hunter2@127.0.0.1:8123/?database=onefix").err().unwrap();
+        let said = err.to_string();
+        assert!(!said.contains("hunter2"), "{said}");
+        assert!(said.contains("`http://ingest:***@127.0.0.1:8123/?database=onefix`"), "{said}");
+        assert_eq!(super::without_password("http://127.0.0.1:1/?database=a@b"), "http://127.0.0.1:1/?database=a@b");
+    }
+
     use super::*;
 
     #[test]

@@ -1,5 +1,6 @@
 //! Fetching a profile over HTTP, as `go tool pprof http://HOST/debug/pprof/profile?seconds=N`
-//! does: one GET, given the profile's seconds and a margin to answer, the body kept whole.
+//! does: one GET, given the profile's seconds and a margin to answer, the body kept whole up to
+//! [`crate::MAX_PROFILE_BYTES`].
 
 /// Seconds a server gets to answer beyond the profile's own duration (`seconds=N`), as
 /// `go tool pprof` allows.
@@ -15,6 +16,8 @@ pub enum FetchError {
     Unreachable { url: String, reason: String },
     #[error("{url} answered HTTP {status} {reason}{detail}")]
     Status { url: String, status: u16, reason: String, detail: String },
+    #[error("{url} sent more than the {} MiB onefix reads of a profile; download it first if it really is one", crate::MAX_PROFILE_BYTES >> 20)]
+    TooLarge { url: String },
 }
 
 /// Whether an argument is a URL rather than a file.
@@ -34,13 +37,16 @@ pub fn fetch(url: &str) -> Result<Vec<u8>, FetchError> {
         return Err(FetchError::Https(url.to_owned()));
     }
     let timeout = profile_seconds(url).unwrap_or(DEFAULT_PROFILE_S) + MARGIN_S;
-    let response = minreq::get(url)
+    let mut response = minreq::get(url)
         .with_timeout(timeout)
-        .send()
+        .send_lazy()
         .map_err(|e| FetchError::Unreachable { url: url.to_owned(), reason: e.to_string() })?;
+    let unreachable = |e: std::io::Error| FetchError::Unreachable { url: url.to_owned(), reason: e.to_string() };
+    let too_large = || FetchError::TooLarge { url: url.to_owned() };
     if response.status_code != 200 {
         // Go's pprof handlers answer errors with one line of text (a profile already running).
-        let text = std::str::from_utf8(response.as_bytes()).ok().and_then(|t| t.lines().next()).unwrap_or("").trim();
+        let body = crate::read_at_most(&mut response, 4096).map_err(unreachable)?.unwrap_or_default();
+        let text = std::str::from_utf8(&body).ok().and_then(|t| t.lines().next()).unwrap_or("").trim();
         let detail = if text.is_empty() || text.len() > 200 { String::new() } else { format!(": {text}") };
         return Err(FetchError::Status {
             url: url.to_owned(),
@@ -49,7 +55,17 @@ pub fn fetch(url: &str) -> Result<Vec<u8>, FetchError> {
             detail,
         });
     }
-    Ok(response.into_bytes())
+    // A body declared larger than the bound is refused before any of it is read; one that does
+    // not say its length is read up to the bound.
+    let declared = response
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, value)| value.trim().parse::<u64>().ok());
+    if declared.is_some_and(|len| len > crate::MAX_PROFILE_BYTES) {
+        return Err(too_large());
+    }
+    crate::read_at_most(&mut response, crate::MAX_PROFILE_BYTES).map_err(unreachable)?.ok_or_else(too_large)
 }
 
 #[cfg(test)]

@@ -28,16 +28,12 @@ const NO_FRAMES: &str = "[no frames]";
 /// Whether the bytes are text whose first line is `stack count`: a file cut short, or damaged
 /// further on, is then said to be so at its bad line by [`read`].
 pub fn looks_folded(bytes: &[u8]) -> bool {
-    let head = &bytes[..bytes.len().min(64 * 1024)];
-    // The first 64 KiB may end inside a character or a line: judge the whole lines in it.
-    let text = match std::str::from_utf8(head) {
-        Ok(t) => t,
-        Err(e) => match std::str::from_utf8(&head[..e.valid_up_to()]) {
-            Ok(t) if e.error_len().is_none() => t,
-            _ => return false,
-        },
+    // Judged by the first line that holds anything, however long: a stack of thousands of
+    // frames is one line of hundreds of kilobytes.
+    let Some(first) = bytes.split(|&b| b == b'\n').map(<[u8]>::trim_ascii).find(|l| !l.is_empty()) else {
+        return false;
     };
-    text.lines().map(str::trim).find(|l| !l.is_empty()).and_then(split_line).is_some_and(|(stack, _)| !stack.is_empty())
+    std::str::from_utf8(first).ok().and_then(split_line).is_some_and(|(stack, _)| !stack.is_empty())
 }
 
 /// `stack count` into the stack and the count (the last of two counts, in a differential file).

@@ -20,6 +20,46 @@ pub mod speedscope;
 
 pub use fetch::{fetch, is_url, FetchError};
 
+/// The most of a profile onefix reads whole, from a file or a URL: 512 MiB. (onefix's own
+/// recordings are streamed and have no such bound.)
+pub const MAX_PROFILE_BYTES: u64 = 512 << 20;
+
+/// Reads `input` to its end, or to `limit` bytes: `Ok(None)` when there was more. The buffer
+/// grows with what actually comes and never past `limit`, so a source that never ends
+/// (`/dev/zero`, a server that keeps sending) costs at most `limit` of memory.
+pub fn read_at_most(mut input: impl std::io::Read, limit: u64) -> std::io::Result<Option<Vec<u8>>> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut bytes: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let room = (limit - bytes.len()).min(chunk.len());
+        if room == 0 {
+            // Full: one more byte says whether the input went on.
+            let mut probe = [0u8; 1];
+            return loop {
+                match input.read(&mut probe) {
+                    Ok(0) => break Ok(Some(bytes)),
+                    Ok(_) => break Ok(None),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => break Err(e),
+                }
+            };
+        }
+        let n = match input.read(&mut chunk[..room]) {
+            Ok(0) => return Ok(Some(bytes)),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if bytes.len() + n > bytes.capacity() {
+            // Doubling, but never past the limit.
+            let want = (bytes.capacity() * 2).max(bytes.len() + n).min(limit);
+            bytes.reserve_exact(want - bytes.len());
+        }
+        bytes.extend_from_slice(&chunk[..n]);
+    }
+}
+
 /// A profile format onefix reads besides its own recordings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -253,6 +293,16 @@ pub fn guess_user_code(profile: &Profile, cwd: Option<&std::path::Path>) -> Vec<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_read_stops_at_its_limit_and_says_there_was_more() {
+        let endless = std::io::repeat(0);
+        assert_eq!(super::read_at_most(endless, 100_000).unwrap(), None);
+        let exact = super::read_at_most(&[7u8; 100][..], 100).unwrap().unwrap();
+        assert_eq!(exact, vec![7u8; 100]);
+        let bounded = super::read_at_most(std::io::Read::take(std::io::repeat(1), 10), 100).unwrap().unwrap();
+        assert_eq!(bounded.capacity(), 10, "the buffer fits what came");
+    }
+
     use super::*;
 
     #[test]

@@ -184,8 +184,11 @@ pub fn read_recording<R: Read>(mut input: R) -> Result<Loaded, RecordingError> {
                 what: format!("a chunk header is invalid (tag {tag}, length {len})"),
             });
         }
-        let mut payload = vec![0u8; len as usize];
-        if read_up_to(&mut input, &mut payload)? < payload.len() {
+        // The chunk's declared length is not trusted: the payload grows with the bytes that
+        // are actually there, so a damaged or hostile length costs no more than the file holds.
+        let mut payload = Vec::new();
+        (&mut input).take(u64::from(len)).read_to_end(&mut payload)?;
+        if payload.len() < len as usize {
             break; // truncated inside a chunk
         }
         if crc32fast::hash(&payload) != crc {

@@ -73,7 +73,11 @@ pub(crate) fn hertz(rate_hz: f64) -> String {
 /// The command line as a shell would take it back, or `pid N` when onefix attached.
 pub(crate) fn command_line(target: &Target) -> String {
     match &target.argv {
-        Some(argv) if !argv.is_empty() => argv.iter().map(|arg| shell_quote(arg)).collect::<Vec<_>>().join(" "),
+        // Shown on terminals and in reports: the target's control characters are shown escaped.
+        Some(argv) if !argv.is_empty() => {
+            let line = argv.iter().map(|arg| shell_quote(arg)).collect::<Vec<_>>().join(" ");
+            onefix_model::fmt::escape_controls(&line).into_owned()
+        }
         _ => format!("pid {}", target.pid),
     }
 }
@@ -170,6 +174,8 @@ mod tests {
         };
         assert_eq!(command_line(&target), r"python3 app.py --name 'a b' 'it'\''s'");
         assert_eq!(command_line(&Target { pid: 7, ..Target::default() }), "pid 7");
+        let titled = Target { argv: Some(vec!["python3".into(), "\x1b]0;pwn\x07".into()]), ..Target::default() };
+        assert_eq!(command_line(&titled), r"python3 '\x1b]0;pwn\x07'");
     }
 
     #[test]

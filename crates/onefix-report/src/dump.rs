@@ -20,7 +20,10 @@ pub fn write_dump_json<W: Write>(out: W, snapshot: &Snapshot, analysis: &StallRe
     serde_json::to_writer_pretty(out, &DumpJson { snapshot, analysis }).map_err(io::Error::other)
 }
 
-pub fn write_dump<W: Write>(mut out: W, snapshot: &Snapshot, analysis: &StallReport) -> io::Result<()> {
+/// Writes the dump for a terminal: the target's argv, thread names and paths are shown with
+/// their control characters escaped.
+pub fn write_dump<W: Write>(out: W, snapshot: &Snapshot, analysis: &StallReport) -> io::Result<()> {
+    let mut out = onefix_model::fmt::ControlEscapingWriter::new(out);
     writeln!(out, "Process {}: {}", snapshot.pid, snapshot.command)?;
     let paused = if snapshot.paused_us == 0 {
         String::new()

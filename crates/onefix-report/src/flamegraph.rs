@@ -31,12 +31,13 @@ pub fn write_flamegraph<W: Write>(w: W, profile: &Profile, mode: Mode, opts: &Fl
             format!("no samples count in {} mode: there is no flame graph to draw", mode.as_str()),
         ));
     }
-    let lines: Vec<String> = folded.iter().map(|(stack, weight)| format!("{stack} {weight}")).collect();
+    let lines: Vec<String> = folded.iter().map(|(stack, weight)| xml_text(&format!("{stack} {weight}"))).collect();
 
     let mut options = Options::default();
-    options.title =
+    let title =
         opts.title.clone().unwrap_or_else(|| format!("onefix: {}", describe::command_line(&profile.meta.target)));
-    options.subtitle = Some(subtitle(profile, mode));
+    options.title = xml_text(&title);
+    options.subtitle = Some(xml_text(&subtitle(profile, mode)));
     options.deterministic = true;
     let (colors, count_name) = match profile.meta.weight_unit {
         WeightUnit::Bytes => (Palette::Basic(BasicPalette::Mem), "bytes"),
@@ -54,6 +55,14 @@ pub fn write_flamegraph<W: Write>(w: W, profile: &Profile, mode: Mode, opts: &Fl
     options.count_name = count_name.to_owned();
 
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), w)
+}
+
+/// Text for the SVG, which must stay XML 1.0: the characters it forbids (the C0 controls, tab
+/// and line breaks aside, and U+FFFE, U+FFFF) would make a browser draw nothing. Control
+/// characters are shown escaped, as on a terminal; the two non-characters become U+FFFD.
+fn xml_text(text: &str) -> String {
+    let shown = onefix_model::fmt::escape_controls(text);
+    shown.replace(['\u{fffe}', '\u{ffff}'], "\u{fffd}")
 }
 
 /// `wall time, 100 Hz, 12.3 s`: what the widths stand for.

@@ -156,18 +156,20 @@ struct Flame {
     unit: &'static str,
     /// Seconds (or bytes) one unit of weight stands for.
     per_weight: f64,
-    root: Node,
+    nodes: Vec<Node>,
 }
 
 /// A call-tree node: `f` is the frame index (-1 for the root), `v` the total weight, `s` the
 /// self weight, `c` the children, sorted by name as flame graphs are.
 #[derive(Serialize)]
+/// A node of a flame graph. The graph is a flat list in preorder, each node with its depth
+/// (`d`, 0 for the root): a stack of any depth is written, and rebuilt by the page, without
+/// recursion, where a nested tree would overflow a stack at some thousands of frames.
 struct Node {
     f: i64,
     v: u64,
     s: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    c: Vec<Node>,
+    d: usize,
 }
 
 #[derive(Serialize)]
@@ -198,12 +200,12 @@ struct SourceSnippet {
 }
 
 #[derive(Serialize)]
+/// A node of the differential graph, in the same flat preorder as [`Node`].
 struct DiffNode {
     name: String,
     a: u64,
     b: u64,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    c: Vec<DiffNode>,
+    d: usize,
 }
 
 /// The data the page embeds, as a JSON value: `title`, `runs` (each with `report`, `frames`,
@@ -260,8 +262,8 @@ fn run_data<'a>(run: &'a HtmlRun, sources: &dyn SourceFiles) -> RunData<'a> {
             continue;
         }
         let min = (tree.root().total as f64 * MIN_NODE_FRACTION).ceil() as u64;
-        let root = node(profile, &tree, CallTree::ROOT, min, &mut frames, &hot_places);
-        flames.push(Flame { name, unit, per_weight, root });
+        let nodes = flame_nodes(profile, &tree, min, &mut frames, &hot_places);
+        flames.push(Flame { name, unit, per_weight, nodes });
     }
 
     RunData {
@@ -331,39 +333,44 @@ struct FrameTable {
     index: HashMap<FrameId, i64>,
 }
 
-fn node(
+/// The call tree's nodes of at least `min` weight, in preorder with their depths, each node's
+/// children by label; walked with a stack of its own, so any depth a recording holds is drawn.
+fn flame_nodes(
     profile: &Profile,
     tree: &CallTree,
-    id: usize,
     min: u64,
     frames: &mut FrameTable,
     hot_places: &[(&str, u32)],
-) -> Node {
-    let n = &tree.nodes[id];
-    let f = match n.frame {
-        None => -1,
-        Some(frame_id) => *frames.index.entry(frame_id).or_insert_with(|| {
-            let frame = profile.frame(frame_id);
-            frames.frames.push(FrameData {
-                name: frame.label(),
-                kind: match frame.kind {
-                    FrameKind::Python => "python",
-                    FrameKind::Native => "native",
-                    FrameKind::Kernel => "kernel",
-                },
-                hot: frame.line > 0 && hot_places.iter().any(|&(file, line)| file == frame.file && line == frame.line),
-            });
-            frames.frames.len() as i64 - 1
-        }),
-    };
-    let mut children: Vec<usize> = n.children.iter().copied().filter(|&c| tree.nodes[c].total >= min.max(1)).collect();
-    children.sort_by_cached_key(|&c| tree.nodes[c].frame.map(|f| profile.frame(f).label()));
-    Node {
-        f,
-        v: n.total,
-        s: n.self_weight,
-        c: children.into_iter().map(|c| node(profile, tree, c, min, frames, hot_places)).collect(),
+) -> Vec<Node> {
+    let mut nodes = Vec::new();
+    let mut pending = vec![(CallTree::ROOT, 0usize)];
+    while let Some((id, depth)) = pending.pop() {
+        let n = &tree.nodes[id];
+        let f = match n.frame {
+            None => -1,
+            Some(frame_id) => *frames.index.entry(frame_id).or_insert_with(|| {
+                let frame = profile.frame(frame_id);
+                frames.frames.push(FrameData {
+                    name: frame.label(),
+                    kind: match frame.kind {
+                        FrameKind::Python => "python",
+                        FrameKind::Native => "native",
+                        FrameKind::Kernel => "kernel",
+                    },
+                    hot: frame.line > 0
+                        && hot_places.iter().any(|&(file, line)| file == frame.file && line == frame.line),
+                });
+                frames.frames.len() as i64 - 1
+            }),
+        };
+        nodes.push(Node { f, v: n.total, s: n.self_weight, d: depth });
+        let mut children: Vec<usize> =
+            n.children.iter().copied().filter(|&c| tree.nodes[c].total >= min.max(1)).collect();
+        children.sort_by_cached_key(|&c| tree.nodes[c].frame.map(|f| profile.frame(f).label()));
+        // Popped in label order: the first child is pushed last.
+        pending.extend(children.into_iter().rev().map(|c| (c, depth + 1)));
     }
+    nodes
 }
 
 /// Whether the samples carry their times: not so for a profile imported from a format without
@@ -445,38 +452,36 @@ fn snippets(places: &[(&str, u32)], sources: &dyn SourceFiles) -> Vec<SourceSnip
 /// The two runs' call trees merged by function name, each node holding both weights, in each
 /// run's own mode. Function names, not lines or files: a fix moves lines and may live in a
 /// renamed file (`app_slow.py`, `app_fixed.py`), and the graph must still line the two up.
-fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
+fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> Vec<DiffNode> {
+    /// A node of the merged tree, its children by name, held in one list (index 0 the root) so
+    /// that neither building, walking nor dropping it recurses.
     #[derive(Default)]
     struct Merged {
         a: u64,
         b: u64,
-        children: BTreeMap<String, Merged>,
+        children: BTreeMap<String, usize>,
     }
-    fn add(merged: &mut Merged, profile: &Profile, tree: &CallTree, id: usize, side_b: bool) {
-        let n = &tree.nodes[id];
-        if side_b {
-            merged.b += n.total;
-        } else {
-            merged.a += n.total;
-        }
-        for &c in &n.children {
-            let label = tree.nodes[c].frame.map(|f| profile.frame(f).function.clone()).unwrap_or_default();
-            add(merged.children.entry(label).or_default(), profile, tree, c, side_b);
-        }
-    }
-    fn finish(name: String, m: Merged, min_a: u64, min_b: u64) -> DiffNode {
-        DiffNode {
-            name,
-            a: m.a,
-            b: m.b,
-            c: m.children
-                .into_iter()
-                .filter(|(_, c)| c.a >= min_a || c.b >= min_b)
-                .map(|(name, c)| finish(name, c, min_a, min_b))
-                .collect(),
+    fn add(merged: &mut Vec<Merged>, profile: &Profile, tree: &CallTree, side_b: bool) {
+        let mut pending = vec![(CallTree::ROOT, 0usize)];
+        while let Some((id, at)) = pending.pop() {
+            let n = &tree.nodes[id];
+            if side_b {
+                merged[at].b += n.total;
+            } else {
+                merged[at].a += n.total;
+            }
+            for &c in &n.children {
+                let label = tree.nodes[c].frame.map(|f| profile.frame(f).function.clone()).unwrap_or_default();
+                let next = merged.len();
+                let child = *merged[at].children.entry(label).or_insert(next);
+                if child == next {
+                    merged.push(Merged::default());
+                }
+                pending.push((c, child));
+            }
         }
     }
-    let mut root = Merged::default();
+    let mut merged = vec![Merged::default()];
     for (run, side_b) in [(a, false), (b, true)] {
         let mode = run.mode;
         // Idle threads (waiting for work) are left out: their waits would draw as the widest
@@ -488,9 +493,23 @@ fn diff_tree(a: &HtmlRun, b: &HtmlRun) -> DiffNode {
             index += 1;
             mode.counts(s.state) && !idle
         });
-        add(&mut root, run.profile, &tree, CallTree::ROOT, side_b);
+        add(&mut merged, run.profile, &tree, side_b);
     }
     let min = |total: u64| ((total as f64 * MIN_NODE_FRACTION).ceil() as u64).max(1);
-    let (min_a, min_b) = (min(root.a), min(root.b));
-    finish("all".to_owned(), root, min_a, min_b)
+    let (min_a, min_b) = (min(merged[0].a), min(merged[0].b));
+    // Preorder, children by name, each kept when it weighs enough in either run.
+    let mut nodes = Vec::new();
+    let mut pending = vec![("all".to_owned(), 0usize, 0usize)];
+    while let Some((name, at, depth)) = pending.pop() {
+        let m = &merged[at];
+        nodes.push(DiffNode { name, a: m.a, b: m.b, d: depth });
+        let kept: Vec<(String, usize)> = m
+            .children
+            .iter()
+            .filter(|(_, &c)| merged[c].a >= min_a || merged[c].b >= min_b)
+            .map(|(name, &c)| (name.clone(), c))
+            .collect();
+        pending.extend(kept.into_iter().rev().map(|(name, c)| (name, c, depth + 1)));
+    }
+    nodes
 }

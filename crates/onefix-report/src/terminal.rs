@@ -5,6 +5,7 @@
 use std::io::{self, BufWriter, Write};
 
 use onefix_diagnose::{Diagnosis, Finding, HotLine};
+use onefix_model::fmt::escape_controls;
 use onefix_model::{Mode, Profile, WeightUnit};
 
 use crate::describe::{self, display_path, percent, percent_tenths, thousands};
@@ -53,6 +54,8 @@ pub fn write_terminal<W: Write>(
     };
     let mut out = BufWriter::new(w);
     for line in summary.lines() {
+        // Without colour no escape sequence of onefix's own is in a line: none may be there at all.
+        let line = if opts.color { std::borrow::Cow::Borrowed(line.as_str()) } else { escape_controls(&line) };
         writeln!(out, "{line}")?;
     }
     out.flush()
@@ -101,7 +104,7 @@ impl Summary<'_> {
             // Pid 0 is no process: a profile assembled from many (a fleet's aggregate).
             (Some(_), _) if meta.target.pid == 0 => describe::command_line(&meta.target),
             (Some(_), _) => format!("{} — pid {}", describe::command_line(&meta.target), meta.target.pid),
-            (None, Some(from)) => format!("a {} read from {}", from.format, from.source),
+            (None, Some(from)) => format!("a {} read from {}", from.format, escape_controls(&from.source)),
             (None, None) => format!("pid {} (attached)", meta.target.pid),
         };
         if let Some(exit) = &meta.exit {
@@ -437,13 +440,12 @@ fn source_or_function(code: Option<&str>, function: &str) -> String {
     }
 }
 
-/// Text from the target (names, source lines) made safe for a fixed layout: line breaks, tabs
-/// and runs of spaces become single spaces, so a column cannot be pushed or split.
+/// Text from the target (names, source lines) made safe for a fixed layout and a terminal: line
+/// breaks, tabs and runs of spaces become single spaces, so a column cannot be pushed or split,
+/// and every other control character is shown escaped (see [`escape_controls`]).
 fn one_line(text: &str) -> String {
-    text.split(|c: char| c.is_whitespace() || c.is_control())
-        .filter(|word| !word.is_empty())
-        .collect::<Vec<_>>()
-        .join(" ")
+    let words: Vec<&str> = text.split_whitespace().collect();
+    escape_controls(&words.join(" ")).into_owned()
 }
 
 /// What the share of time windows says about when the line ran.
@@ -492,6 +494,10 @@ fn wrap(text: &str, first: &str, rest: &str, columns: usize) -> Vec<String> {
     let mut width = visible_width(first);
     let mut empty = true;
     for word in text.split_whitespace() {
+        // The text may name the target's functions and files: no control character of theirs
+        // reaches the terminal.
+        let word = escape_controls(word);
+        let word = word.as_ref();
         let word_width = word.chars().count();
         if !empty && width + 1 + word_width > columns {
             lines.push(std::mem::replace(&mut line, rest.to_owned()));
@@ -592,6 +598,7 @@ mod tests {
     #[test]
     fn target_text_is_kept_on_one_line() {
         assert_eq!(one_line("  async with\tx:\n  y  "), "async with x: y");
+        assert_eq!(one_line("f\x1b]0;pwn\x07()"), "f\\x1b]0;pwn\\x07()");
         assert_eq!(one_line(""), "");
     }
 

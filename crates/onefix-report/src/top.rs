@@ -135,12 +135,13 @@ fn truncate(text: &str, width: usize) -> String {
 }
 
 /// A name or source line from the target may hold line breaks or control characters: on a
-/// screen redrawn in place they would break the layout, so any run of them becomes one space.
+/// screen redrawn in place they would break the layout, so any run of line breaks and tabs
+/// becomes one space, and every other control character is shown escaped.
 fn one_line(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut gap = false;
     for c in text.chars() {
-        if c.is_control() || (c.is_whitespace() && c != ' ') {
+        if c.is_whitespace() && c != ' ' {
             gap = true;
             continue;
         }
@@ -150,5 +151,5 @@ fn one_line(text: &str) -> String {
         }
         out.push(c);
     }
-    out
+    onefix_model::fmt::escape_controls(&out).into_owned()
 }

@@ -64,7 +64,8 @@ pub enum ModeArg {
 }
 
 /// Output files, shared by `record` and `report`. Each is written to a temporary file beside it
-/// and renamed into place when complete; `-` is standard output (not for --pprof).
+/// and renamed into place when complete; `-` is standard output (not for --pprof). A file onefix
+/// creates is 0600 (readable by you alone, like perf.data).
 #[derive(Args, Clone, Debug, Default)]
 pub struct OutputArgs {
     /// Findings as JSON (the documented contract).
@@ -157,6 +158,8 @@ pub struct RecordArgs {
     /// (the recording keeps its default name). A device or FIFO (/dev/null) is written through;
     /// a symbolic link is written through to its target when that is a regular file you can
     /// write, and the link is kept. onefix never removes or truncates a file it did not create.
+    /// In a directory others can write (/tmp), it follows no link and writes no file that is
+    /// not root's or yours. Files it creates are 0600, readable by you alone, like perf.data.
     #[arg(long, short, value_name = "PATH")]
     pub output: Option<PathBuf>,
     /// Keep no recording: only the report and the outputs asked for.
@@ -260,6 +263,8 @@ pub struct DumpArgs {
 pub struct ReportArgs {
     /// A recording written by `onefix record`, or a profile recorded elsewhere: pprof (`.pb.gz`),
     /// folded stacks, speedscope JSON, or a pprof URL (http://HOST/debug/pprof/profile?seconds=10).
+    /// A profile from elsewhere, file or URL, is read whole, up to 512 MiB; a recording is read as
+    /// a stream, of any size.
     #[arg(value_name = "RECORDING|PROFILE|URL")]
     pub recording: PathBuf,
     /// Weigh samples as wall time or CPU time; default: the mode it was recorded in.
@@ -550,14 +555,16 @@ pub struct AgentArgs {
     /// Samples per second, per target (see BENCHMARKS.md for the cost).
     #[arg(long, short, default_value_t = 19.0, value_parser = parse_rate)]
     pub rate: f64,
-    /// Where batches wait while ClickHouse is away.
+    /// Where batches wait while ClickHouse is away: a directory only the agent's user can write
+    /// (created 0700; its batches are 0600, each with a checksum, and only those are sent).
     #[arg(long, value_name = "DIR", default_value = "/var/lib/onefix/spool")]
     pub spool: PathBuf,
     /// The spool's bound: past it the oldest batches are dropped, and counted.
     #[arg(long, value_name = "BYTES", default_value = "64m", value_parser = parse_spool_bytes)]
     pub spool_max: u64,
     /// Append the agent's messages to this file instead of stderr; SIGHUP reopens it (after
-    /// logrotate has moved it away).
+    /// logrotate has moved it away). Created 0600; in a directory others can write, a link or
+    /// another user's file there is refused.
     #[arg(long, value_name = "PATH")]
     pub log: Option<PathBuf>,
     /// Stop after this long (default: until SIGTERM or Ctrl-C; with --pid, also when every
@@ -685,8 +692,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !(secs.is_finite() && secs > 0.0) {
         return Err(format!("`{s}` must be a positive duration"));
     }
+    // A bound far past any run keeps every deadline computed from a duration representable
+    // (a 20-digit duration would overflow the clock instead of meaning "forever").
+    if secs > MAX_DURATION.as_secs_f64() {
+        return Err(format!("`{s}` is longer than the longest duration onefix takes, 365 days (8760h)"));
+    }
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// The longest duration any argument takes: a year.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// `524288`, `512k`, `4m`, `1g` (powers of 1024).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
@@ -731,6 +746,9 @@ mod tests {
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_duration("8760h"), Ok(MAX_DURATION));
+        assert!(parse_duration("8761h").unwrap_err().contains("365 days"));
+        assert!(parse_duration("99999999999999999999s").unwrap_err().contains("365 days"));
         assert!(parse_rate("0").is_err());
         assert_eq!(parse_time("2026-12-01T13:00:00Z"), Ok(1_796_130_000));
         assert_eq!(parse_time("1700000000"), Ok(1_700_000_000));

@@ -28,8 +28,10 @@ pub fn one_sentence(e: &anyhow::Error) -> String {
 
 /// One line on stderr, prefixed with onefix's name so that it stands apart from the target's
 /// own output.
+/// A sentence may quote the target (its command line, a path, a name): its control characters
+/// are shown escaped, so that no byte of the target's can retitle or rewrite the terminal.
 pub fn say(message: impl Display) {
-    eprintln!("onefix: {message}");
+    eprintln!("onefix: {}", onefix_model::fmt::escape_controls(&message.to_string()));
 }
 
 #[cfg(test)]

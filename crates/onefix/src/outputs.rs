@@ -1,5 +1,6 @@
 //! What `record` and `report` share: deciding the user's code, diagnosing, writing outputs.
 
+use onefix_model::fmt::escape_controls_keeping_lines;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -414,8 +415,8 @@ pub fn plan_record(
 /// The summary goes to stderr when the JSON result takes stdout (`--json -`).
 pub fn emit_load(result: &LoadResult, json: Option<Output>, to_stderr: bool) -> Result<()> {
     match &json {
-        Some(o) if o.is_stdout() || to_stderr => eprint!("{}", summary::render(result)),
-        _ => print!("{}", summary::render(result)),
+        Some(o) if o.is_stdout() || to_stderr => eprint!("{}", escape_controls_keeping_lines(&summary::render(result))),
+        _ => print!("{}", escape_controls_keeping_lines(&summary::render(result))),
     }
     if let Some(out) = json {
         let shown = out.shown.display().to_string();

@@ -93,7 +93,8 @@ impl Progress {
             let f = profile.frame(frame);
             let file = onefix_model::fmt::file_name(&f.file);
             let share = if self.recent_total > 0.0 { weight / self.recent_total } else { 0.0 };
-            text.push_str(&format!(", now: {file}:{} {} ({:.0}%)", f.line, f.function, share * 100.0));
+            let now = format!(", now: {file}:{} {} ({:.0}%)", f.line, f.function, share * 100.0);
+            text.push_str(&onefix_model::fmt::escape_controls(&now));
         }
         for weight in self.recent.values_mut() {
             *weight *= DECAY_PER_SECOND;

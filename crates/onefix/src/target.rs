@@ -232,6 +232,9 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
         });
     }
 
+    if args.pid.is_none() {
+        refuse_unsupported_python(&args.command)?;
+    }
     // In wall mode, a program we start gets the asyncio bootstrap (see onefix_collect::asyncio).
     let asyncio_channel = match (args.pid, mode) {
         (None, Mode::Wall) => AsyncioChannel::create(args.rate)
@@ -287,6 +290,87 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
         interval_us: (1e6 / args.rate).round() as u64,
         tick_hz: args.rate,
     })
+}
+
+/// The Pythons onefix reads, oldest and newest (as `CollectError::UnsupportedPython` says).
+const SUPPORTED_PYTHON: ((u32, u32), (u32, u32)) = ((3, 8), (3, 13));
+
+/// A Python onefix cannot read is refused before it starts, in one sentence naming its version:
+/// started, it would run with onefix's bootstrap on its path (in a syntax it may not know,
+/// writing an error into the program's own stderr) and no sample could be taken. The version
+/// is asked of the interpreter itself, with its site and environment ignored, so that nothing
+/// of the program or of onefix runs.
+fn refuse_unsupported_python(command: &[String]) -> Result<()> {
+    let Some(interpreter) = command.first().and_then(|program| python_interpreter(program)) else { return Ok(()) };
+    let Some((major, minor)) = python_version(&interpreter) else { return Ok(()) };
+    let ((old_major, old_minor), (new_major, new_minor)) = SUPPORTED_PYTHON;
+    if (major, minor) < (old_major, old_minor) || (major, minor) > (new_major, new_minor) {
+        anyhow::bail!(
+            "{} is Python {major}.{minor}, which onefix cannot read (it reads CPython {old_major}.{old_minor} to {new_major}.{new_minor}); the program was not started",
+            interpreter.display()
+        );
+    }
+    Ok(())
+}
+
+/// The Python interpreter that would run `program`: the program itself when its name says
+/// Python (`python2.7`, `python3`), or the one its `#!` line names (`/usr/bin/env python2`).
+fn python_interpreter(program: &str) -> Option<PathBuf> {
+    let resolved = resolve_command(program)?;
+    let is_python = |path: &Path| path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python"));
+    if is_python(&resolved) {
+        return Some(resolved);
+    }
+    // The first line only, bounded: a `#!` line is short.
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut std::fs::File::open(&resolved).ok()?, &mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?.split(|&b| b == b'\n').next()?;
+    let line = String::from_utf8_lossy(line);
+    let mut words = line.split_whitespace();
+    let first = Path::new(words.next()?);
+    let interpreter = if first.file_name().is_some_and(|n| n == "env") {
+        words.find(|w| !w.starts_with('-'))?.to_owned()
+    } else {
+        first.display().to_string()
+    };
+    resolve_command(&interpreter).filter(|p| is_python(p))
+}
+
+/// `program` as execvp would find it: a path as given, else the first match on `PATH`.
+fn resolve_command(program: &str) -> Option<PathBuf> {
+    if program.contains('/') {
+        return Some(PathBuf::from(program)).filter(|p| p.is_file());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| p.is_file())
+}
+
+/// `(major, minor)` of a Python interpreter, asked of it with `-E -S` (no environment, no site,
+/// so neither the program's nor onefix's code runs), within 10 s; `None` if it does not say.
+fn python_version(interpreter: &Path) -> Option<(u32, u32)> {
+    let mut child = Command::new(interpreter)
+        .args(["-E", "-S", "-c", "import sys; sys.stdout.write('%d.%d' % sys.version_info[:2])"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut std::io::Read::take(child.stdout.take()?, 64), &mut out).ok()?;
+    let (major, minor) = out.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 /// The load of `--load` and the address it goes to. Everything wrong with a load is said here,

@@ -453,6 +453,27 @@ fn rates_and_durations_that_do_not_parse_are_one_sentence_each() {
 }
 
 #[test]
+fn a_twenty_digit_duration_is_one_sentence_for_every_command_not_a_panic() {
+    let huge = "99999999999999999999s";
+    let url = "http://127.0.0.1:1/";
+    let load = format!("{url} --duration {huge}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["record", "--duration", huge, "--", "true"],
+        vec!["record", "--load", &load, "--", "true"],
+        vec!["top", "--duration", huge, "--", "true"],
+        vec!["top", "--window", huge, "--", "true"],
+        vec!["load", "--duration", huge, url],
+        vec!["load", "--timeout", huge, url],
+        vec!["agent", "--interval", huge, "--to", url, "--pid", "1"],
+        vec!["agent", "--timeout", huge, "--to", url, "--pid", "1"],
+        vec!["agent", "--duration", huge, "--to", url, "--pid", "1"],
+    ];
+    for args in commands {
+        fails(onefix().args(&args), 2, &["longer than the longest duration onefix takes, 365 days"]);
+    }
+}
+
+#[test]
 fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
     // A terminal's Ctrl-C signals the whole foreground group: onefix and the target it started.
     // The target dies of that SIGINT; the recording ended as asked, so the exit is 0.
@@ -478,4 +499,64 @@ fn ctrl_c_in_a_terminal_is_not_a_crash_of_the_target() {
     // The summary is on stderr (stdout is a pipe here): its header, and no sentence besides.
     assert!(!err.lines().any(|l| l.starts_with("onefix:") && !is_summary_header(l)), "no complaint from onefix: {err}");
     assert!(err.contains("signal 2"), "the target's end is still reported");
+}
+
+/// A `python2.7` that answers a version question as Python 2.7 does, and otherwise is the
+/// program run: it leaves a mark and writes to its stderr what Python 2.7 would have written
+/// of onefix's bootstrap. (No Python 2.7 is installed; onefix's refusal asks the version of
+/// the interpreter, so this is the path a real one takes.)
+const FAKE_PYTHON27: &str = r#"#!/bin/sh
+if [ "$1" = "-E" ] && [ "$2" = "-S" ] && [ "$3" = "-c" ]; then printf '2.7'; exit 0; fi
+echo ran > "$(dirname "$0")/ran"
+echo 'Error in sitecustomize; set PYTHONVERBOSE for traceback:' >&2
+"#;
+
+#[test]
+fn a_python_onefix_cannot_read_is_refused_before_it_starts_with_nothing_in_its_stderr() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("python27");
+    let python = s.path("python2.7");
+    std::fs::write(&python, FAKE_PYTHON27).unwrap();
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Run as `python2.7 app.py`, and as a script whose #! line names it.
+    let script = s.path("app.py");
+    std::fs::write(&script, format!("#!{}\nprint 'hello'\n", python.display())).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for command in [vec![s.arg("python2.7"), s.arg("app.py")], vec![s.arg("app.py")]] {
+        let sentence = fails(
+            onefix().args(["record", "-o", &s.arg("rec.onefix"), "--"]).args(&command),
+            2,
+            &["is Python 2.7, which onefix cannot read", "CPython 3.8 to 3.13", "not started"],
+        );
+        assert!(!sentence.contains("sitecustomize"), "{sentence}");
+        assert!(!s.path("ran").exists(), "the program was started: {command:?}");
+    }
+}
+
+#[test]
+fn a_refused_clickhouse_url_is_never_said_with_its_password() {
+    let url = "http://ingest:hunter2@127.0.0.1:1/?database=onefix";
+    let sentence =
+        fails(onefix().args(["fleet", "init", "--to", url]), 2, &["holds credentials", "ingest:***@127.0.0.1:1"]);
+    assert!(!sentence.contains("hunter2"), "{sentence}");
+}
+
+#[test]
+fn a_credentials_file_others_can_read_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new("credentials");
+    let file = s.path("clickhouse.credentials");
+    std::fs::write(&file, "user=ingest\npassword=hunter2\n").unwrap();
+    let warned = |mode: u32| {
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let out = onefix()
+            .args(["fleet", "init", "--to", "http://127.0.0.1:1/?database=onefix", "--credentials"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "nothing listens on port 1");
+        String::from_utf8_lossy(&out.stderr).contains("can be read by others")
+    };
+    assert!(warned(0o644), "a 0644 credentials file is used without a word");
+    assert!(!warned(0o600));
 }

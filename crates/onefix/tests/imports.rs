@@ -296,3 +296,15 @@ fn a_go_server_profiled_over_its_own_pprof_endpoint_names_the_planted_line() {
     let summary = String::from_utf8_lossy(&out.stdout);
     assert!(summary.lines().next().unwrap().ends_with(&format!("of a pprof profile read from {url}")), "{summary}");
 }
+
+#[test]
+fn a_stack_of_thirty_thousand_frames_opens_in_the_browser_down_to_its_last_frame() {
+    let s = Scratch::new("imports-deep");
+    let stack: Vec<String> = (0..30_000).map(|i| format!("frame_{i}")).collect();
+    std::fs::write(s.path("deep.folded"), format!("{} 5\nmain;other 3\n", stack.join(";"))).unwrap();
+    let out = onefix().args(["report", &s.arg("deep.folded"), "--html", &s.arg("deep.html")]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let seen = open_in_browser(&s.path("deep.html"), "imports-deep.png", "^frame_29999$");
+    assert_eq!(seen["consoleErrors"], serde_json::json!([]), "{seen:#}");
+    assert_eq!(seen["search"]["matches"], 1, "the deepest frame is drawn: {seen:#}");
+}

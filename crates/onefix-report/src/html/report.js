@@ -146,14 +146,27 @@
 
   // ---- flame graphs ----
   // A generic tree: {name, v, s, kids, parent, depth, color, tip}.
+  // The data holds each tree flat, in preorder with each node's depth `d`: it is rebuilt here
+  // without recursion, so that a stack of any depth opens. `make` may return null to leave a
+  // node out, and with it everything beneath it.
+  function build(list, make) {
+    var root = null, path = [];
+    list.forEach(function (n) {
+      var parent = n.d > 0 ? path[n.d - 1] : null;
+      if (n.d > 0 && !parent) return;
+      var node = make(n, parent, n.d);
+      path.length = n.d;
+      if (node === null) return;
+      path.push(node);
+      if (parent) parent.kids.push(node); else root = node;
+    });
+    return root;
+  }
   function fromRun(run, flame) {
-    function make(n, parent, depth) {
+    var root = build(flame.nodes, function (n, parent, depth) {
       var fr = n.f >= 0 ? run.frames[n.f] : { name: 'all', kind: 'root', hot: false };
-      var node = { name: fr.name, v: n.v, s: n.s, parent: parent, depth: depth, kids: [], frame: fr };
-      node.kids = (n.c || []).map(function (c) { return make(c, node, depth + 1); });
-      return node;
-    }
-    var root = make(flame.root, null, 0);
+      return { name: fr.name, v: n.v, s: n.s, parent: parent, depth: depth, kids: [], frame: fr };
+    });
     var total = root.v || 1;
     return {
       root: root,
@@ -172,15 +185,14 @@
     };
   }
   function fromDiff(diff) {
-    var ta = diff.a || 1, tb = diff.b || 1, most = 0;
-    function make(n, parent, depth) {
+    var ta = diff[0].a || 1, tb = diff[0].b || 1, most = 0;
+    var root = build(diff, function (n, parent, depth) {
+      if (depth > 0 && !(n.b > 0)) return null;
       var node = { name: n.name, v: n.b, a: n.a, b: n.b, parent: parent, depth: depth, kids: [] };
       node.delta = n.b / tb - n.a / ta;
       most = Math.max(most, Math.abs(node.delta));
-      node.kids = (n.c || []).filter(function (c) { return c.b > 0; }).map(function (c) { return make(c, node, depth + 1); });
       return node;
-    }
-    var root = make(diff, null, 0);
+    });
     return {
       root: root,
       color: function (n) {
@@ -225,25 +237,33 @@
       // The height follows the rows actually drawn: deep but narrow stacks (imports at
       // start-up) must not stretch the graph.
       var rows = ancestors.length + 1;
-      function layout(n, x, w, row) {
+      // Laid out with a stack of its own, not by recursion: a stack may be thousands deep.
+      var pending = [[focus, 0, width, ancestors.length]];
+      while (pending.length) {
+        var at = pending.pop(), n = at[0], x = at[1], w = at[2], row = at[3];
         rows = Math.max(rows, row + 1);
         frameDiv(n, x, w, row, n === focus ? ' focus' : '');
-        var cx = x;
+        var cx = x, next = [];
         n.kids.forEach(function (k) {
           var kw = w * k.v / (n.v || 1);
-          if (kw >= 0.5) layout(k, cx, kw, row + 1);
+          if (kw >= 0.5) next.push([k, cx, kw, row + 1]);
           cx += kw;
         });
+        for (var i = next.length - 1; i >= 0; i--) pending.push(next[i]);
       }
-      layout(focus, 0, width, ancestors.length);
       box.style.height = (rows * ROW + 2) + 'px';
       crumbs.textContent = focus === tree.root ? 'click a frame to zoom into it' :
         'zoomed into: ' + ancestors.concat([focus]).slice(1).map(function (n) { return n.name; }).join(' \u2192 ');
     }
     // Weight under frames that match, each stack counted once.
-    function matchedWeight(n) {
-      if (matches(n)) return n.v;
-      return n.kids.reduce(function (sum, k) { return sum + matchedWeight(k); }, 0);
+    function matchedWeight(root) {
+      var sum = 0, pending = [root];
+      while (pending.length) {
+        var n = pending.pop();
+        if (matches(n)) sum += n.v;
+        else for (var i = 0; i < n.kids.length; i++) pending.push(n.kids[i]);
+      }
+      return sum;
     }
     search.addEventListener('input', function () {
       var text = search.value.trim();

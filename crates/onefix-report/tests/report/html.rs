@@ -46,7 +46,8 @@ fn html_data_of_two_recordings_side_by_side() {
     let data = html_data(&[run("before", &before, &diagnosis), run("after", &after, &none)], &sources());
     assert_golden("html_data_compare.json", &pretty(&data));
     // The setup frames shrink to nothing in the after run: the diff says so.
-    let diff = &data["diff"];
+    let diff = &data["diff"][0];
+    assert_eq!(diff["d"], 0, "the root comes first");
     assert_eq!(diff["a"], before.total_weight(Mode::Wall));
     assert_eq!(diff["b"], after.total_weight(Mode::Wall));
 }
@@ -58,16 +59,20 @@ fn html_flame_graph_totals_match_the_recording_in_each_mode() {
     let flames = data["runs"][0]["flames"].as_array().unwrap();
     let names: Vec<&str> = flames.iter().map(|f| f["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["wall time", "CPU time"], "a wall recording is also drawn as CPU time");
-    assert_eq!(flames[0]["root"]["v"], profile.total_weight(Mode::Wall));
-    assert_eq!(flames[1]["root"]["v"], profile.total_weight(Mode::Cpu));
-    // Children never weigh more than their parent.
-    fn check(node: &Value) {
-        let children = node["c"].as_array().map(Vec::as_slice).unwrap_or(&[]);
-        let sum: u64 = children.iter().map(|c| c["v"].as_u64().unwrap()).sum();
-        assert!(sum + node["s"].as_u64().unwrap() <= node["v"].as_u64().unwrap(), "{node}");
-        children.iter().for_each(check);
+    assert_eq!(flames[0]["nodes"][0]["v"], profile.total_weight(Mode::Wall));
+    assert_eq!(flames[1]["nodes"][0]["v"], profile.total_weight(Mode::Cpu));
+    // Children never weigh more than their parent. The nodes are in preorder with their depths:
+    // a node's children are the nodes one deeper that follow it before one at its own depth.
+    for flame in flames {
+        let nodes = flame["nodes"].as_array().unwrap();
+        let depth = |n: &Value| n["d"].as_u64().unwrap();
+        assert_eq!(depth(&nodes[0]), 0);
+        for (i, node) in nodes.iter().enumerate() {
+            let below = nodes[i + 1..].iter().take_while(|n| depth(n) > depth(node));
+            let sum: u64 = below.filter(|n| depth(n) == depth(node) + 1).map(|c| c["v"].as_u64().unwrap()).sum();
+            assert!(sum + node["s"].as_u64().unwrap() <= node["v"].as_u64().unwrap(), "{node}");
+        }
     }
-    flames.iter().for_each(|f| check(&f["root"]));
     // The finding's line is marked hot; a library frame is not.
     let frames = data["runs"][0]["frames"].as_array().unwrap();
     let hot = |name: &str| frames.iter().find(|f| f["name"] == name).unwrap()["hot"].as_bool().unwrap();
@@ -89,7 +94,7 @@ fn html_of_an_allocation_recording_draws_bytes() {
     assert_eq!(flames.len(), 1);
     assert_eq!(flames[0]["name"], "allocated bytes");
     assert_eq!(flames[0]["unit"], "bytes");
-    assert_eq!(flames[0]["root"]["v"], 1_572_864);
+    assert_eq!(flames[0]["nodes"][0]["v"], 1_572_864);
 }
 
 #[test]

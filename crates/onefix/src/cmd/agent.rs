@@ -66,6 +66,8 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     }
 
     let client = crate::cmd::fleet::client(&args.store)?;
+    crate::output::trust::check_path(&args.spool)
+        .map_err(|why| anyhow::anyhow!("the spool directory {}: {why}", args.spool.display()))?;
     let spool = Spool::open(&args.spool, args.spool_max)?;
     // A schema this onefix cannot write, or none, is said now; an unreachable server is not
     // an error (the batches wait in the spool).
@@ -94,6 +96,9 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
     };
     let host = args.host.clone().unwrap_or_else(hostname);
     let mut targets: HashMap<u32, JoinHandle<()>> = HashMap::new();
+    // How many targets were profiled at all: an agent that could read none of its --pid
+    // targets (another user's process, a Python it cannot read) failed, and says so.
+    let profiled = Arc::new(AtomicU64::new(0));
     // Processes whose profiling ended (exited, or could not be profiled), by pid and start
     // time: not tried again every scan, while a new process that reuses the pid is.
     let mut done: HashSet<(u32, u64)> = HashSet::new();
@@ -141,11 +146,16 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
                 spool: spool.clone(),
                 spooled: spooled.clone(),
                 stop: sampling_stop.clone(),
+                profiled: profiled.clone(),
             };
             targets.insert(pid, std::thread::spawn(move || profile_target(ctx)));
         }
         if !following && targets.is_empty() {
-            say("every target has exited");
+            if profiled.load(Ordering::Relaxed) == 0 {
+                say("no target could be profiled");
+            } else {
+                say("every target has exited");
+            }
             break;
         }
         std::thread::sleep(Duration::from_millis(250));
@@ -168,6 +178,9 @@ pub fn run(args: AgentArgs) -> Result<ExitCode> {
         spool.dropped_samples,
         args.spool.display(),
     ));
+    if !following && profiled.load(Ordering::Relaxed) == 0 {
+        return Ok(ExitCode::from(crate::messages::NOTHING_RECORDED));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -179,13 +192,22 @@ extern "C" fn on_hangup(_: libc::c_int) {
 
 /// Points stderr, where every message goes, at the end of `path` (created if need be, never
 /// truncated).
+/// In a directory others can write, no link is followed and no file of another user's is
+/// appended to (see `output::trust`); a log onefix creates is 0600.
 fn reopen_log(path: &std::path::Path) -> Result<()> {
     use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let refuse = |why: String| anyhow::anyhow!("cannot open the log {}: {why}", path.display());
+    crate::output::trust::check_path(path).map_err(refuse)?;
+    let nofollow = if crate::output::trust::in_shared_dir(path) { libc::O_NOFOLLOW } else { 0 };
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
+        .custom_flags(nofollow)
         .open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open the log {}: {e}", path.display()))?;
+        .map_err(|e| refuse(e.to_string()))?;
+    crate::output::trust::check_opened(path, &file).map_err(refuse)?;
     // SAFETY: dup2 onto stderr of a descriptor we own; the file is closed after, stderr keeps it.
     if unsafe { libc::dup2(file.as_raw_fd(), libc::STDERR_FILENO) } < 0 {
         bail!("cannot log to {}: {}", path.display(), std::io::Error::last_os_error());
@@ -296,6 +318,8 @@ struct TargetContext {
     /// Batches and samples this run spooled, for the closing summary.
     spooled: Arc<(AtomicU64, AtomicU64)>,
     stop: Arc<AtomicBool>,
+    /// Counts the targets that could be profiled.
+    profiled: Arc<AtomicU64>,
 }
 
 fn unix_now() -> u64 {
@@ -321,6 +345,7 @@ fn profile_target(ctx: TargetContext) {
             return;
         }
     };
+    ctx.profiled.fetch_add(1, Ordering::Relaxed);
     let crate::target::StartedTarget { mut sampler, pid, language, runtime_version, interval_us, tick_hz, .. } =
         started;
     let cwd = process::cwd(pid);

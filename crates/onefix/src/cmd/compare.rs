@@ -6,6 +6,7 @@
 //! line's cost per window gives the samples of a Welch test. Recordings made with `--load`
 //! also carry the load's result, which is compared as two load results are.
 
+use onefix_model::fmt::escape_controls_keeping_lines;
 use std::io::BufReader;
 use std::path::Path;
 use std::process::ExitCode;
@@ -98,7 +99,7 @@ pub fn run(args: CompareArgs) -> Result<ExitCode> {
     let verdict = match (a, b) {
         (Input::Load(a), Input::Load(b)) => {
             let c = compare::compare(&a, &b);
-            print!("{}", compare::render(&c, &a, &b, &name_a, &name_b));
+            print!("{}", escape_controls_keeping_lines(&compare::render(&c, &a, &b, &name_a, &name_b)));
             write_json(json.take(), &c)?;
             gate.map(|limit| load_gate(&c, limit))
         }
@@ -206,7 +207,7 @@ fn load_of(p: &Profile) -> Option<LoadResult> {
 fn compare_loads(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> Option<(Comparison, LoadResult, LoadResult)> {
     let (la, lb) = (load_of(a)?, load_of(b)?);
     let c = compare::compare(&la, &lb);
-    println!("the loads:\n{}", compare::render(&c, &la, &lb, name_a, name_b));
+    println!("the loads:\n{}", escape_controls_keeping_lines(&compare::render(&c, &la, &lb, name_a, name_b)));
     Some((c, la, lb))
 }
 
@@ -236,15 +237,15 @@ fn compare_recordings(
     let window = (lines.not_compared.is_none()).then_some(lines.window_s);
     let runs = if load.is_none() { compare_runs(a, b, kb, (&user_a, &user_b), window) } else { None };
     if let Some(r) = &runs {
-        println!("{}", render_runs(r, name_a, name_b));
+        println!("{}", escape_controls_keeping_lines(&render_runs(r, name_a, name_b)));
     }
-    print!("{}", render_lines(&lines, name_a, name_b));
+    print!("{}", escape_controls_keeping_lines(&render_lines(&lines, name_a, name_b)));
     Ok(RecordingComparison { load: load.map(|l| l.0), runs, lines })
 }
 
 fn compare_memory(a: &Profile, b: &Profile, name_a: &str, name_b: &str) -> MemoryComparison {
     let load = compare_loads(a, b, name_a, name_b);
     let heaps = compare_heaps(a, b);
-    print!("{}", render_heaps(&heaps, name_a, name_b));
+    print!("{}", escape_controls_keeping_lines(&render_heaps(&heaps, name_a, name_b)));
     MemoryComparison { load: load.map(|l| l.0), heaps }
 }

@@ -3,6 +3,7 @@
 //! writers of `onefix report` on it, with fleet figures; `compare` sets two deploys side by
 //! side line by line; `sql` prints every statement onefix sends.
 
+use onefix_model::fmt::escape_controls_keeping_lines;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,6 +37,9 @@ pub fn run(command: FleetCommand) -> Result<ExitCode> {
 pub fn client(store: &StoreArgs) -> Result<Client> {
     let endpoint = Endpoint::parse(&store.to)?;
     let credentials = Credentials::load(store.credentials.as_deref())?;
+    if let Some(warning) = store.credentials.as_deref().and_then(Credentials::exposure) {
+        crate::messages::say(warning);
+    }
     Ok(Client::new(endpoint, credentials, store.timeout))
 }
 
@@ -165,9 +169,9 @@ fn report(args: FleetReportArgs) -> Result<ExitCode> {
         ));
     }
     if planned.uses_stdout() {
-        eprint!("{head}");
+        eprint!("{}", escape_controls_keeping_lines(&head));
     } else {
-        print!("{head}");
+        print!("{}", escape_controls_keeping_lines(&head));
     }
     outputs::write_all(profile, &diagnosis, Mode::Wall, planned, true)?;
     Ok(ExitCode::SUCCESS)
@@ -193,8 +197,8 @@ fn compare(args: FleetCompareArgs) -> Result<ExitCode> {
         onefix_report::compare::render_lines(&lines, &a, &b)
     );
     match &json {
-        Some(o) if o.is_stdout() => eprint!("{text}"),
-        _ => print!("{text}"),
+        Some(o) if o.is_stdout() => eprint!("{}", escape_controls_keeping_lines(&text)),
+        _ => print!("{}", escape_controls_keeping_lines(&text)),
     }
     if let Some(out) = json {
         let shown = out.shown.display().to_string();

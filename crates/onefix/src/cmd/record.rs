@@ -1,5 +1,6 @@
 //! `onefix record`: start or attach, sample until the end, save, diagnose, report.
 
+use onefix_model::fmt::escape_controls_keeping_lines;
 use std::io::{BufReader, BufWriter, IsTerminal};
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
@@ -360,7 +361,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         say("\nthe load, while the server was profiled:".to_owned());
         outputs::emit_load(result, load_json, summary_on_stderr)?;
         if let Some(note) = time_outside_the_server(&diagnosis, result) {
-            say(format!("  note: {note}"));
+            say(format!("  note: {}", escape_controls_keeping_lines(&note)));
         }
     }
     // Ctrl-C in a terminal reaches the target too (same process group): a target ended by the

@@ -32,8 +32,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
         .read_to_end(&mut head)
         .with_context(|| format!("cannot read {}", path.display()))?;
     if head.as_slice() != MAGIC.as_slice() {
-        let mut bytes = head;
-        file.read_to_end(&mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+        let bytes = read_profile(file, head, path)?;
         let imported = onefix_import::import(&bytes).with_context(|| format!("cannot read {}", path.display()))?;
         return report_imported(imported, &arg, &args, planned);
     }
@@ -71,6 +70,28 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
     outputs::write_all(&profile, &diagnosis, mode, planned, loaded.complete)?;
     Ok(gate_exit(&diagnosis, &args))
+}
+
+/// A profile that is not a recording, read whole: at most [`onefix_import::MAX_PROFILE_BYTES`].
+/// A larger regular file is refused before any of it is read; a special file (a pipe,
+/// `/dev/zero`) is read up to the bound.
+fn read_profile(mut file: File, head: Vec<u8>, path: &std::path::Path) -> Result<Vec<u8>> {
+    let limit = onefix_import::MAX_PROFILE_BYTES;
+    let too_large = |what: String| {
+        anyhow::anyhow!(
+            "{} {what}, more than the {} MiB onefix reads of a profile (its own recordings are read as a stream, of any size)",
+            path.display(),
+            limit >> 20
+        )
+    };
+    let meta = file.metadata().with_context(|| format!("cannot read {}", path.display()))?;
+    if meta.is_file() && meta.len() > limit {
+        return Err(too_large(format!("is {}", onefix_model::fmt::bytes(meta.len()))));
+    }
+    let rest = onefix_import::read_at_most(&mut file, limit - head.len() as u64)
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .ok_or_else(|| too_large("goes on".to_owned()))?;
+    Ok([head, rest].concat())
 }
 
 /// Status 3 when a finding meets a `--fail-on` condition (said), else success.

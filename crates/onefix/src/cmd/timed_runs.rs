@@ -78,15 +78,7 @@ fn shown(argv: &[String]) -> String {
 }
 
 fn escaped(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c as u32 {
-            n if c.is_control() && n < 0x100 => out.push_str(&format!("\\x{n:02x}")),
-            n if c.is_control() => out.push_str(&format!("\\u{{{n:x}}}")),
-            _ => out.push(c),
-        }
-    }
-    out
+    onefix_model::fmt::escape_controls(text).into_owned()
 }
 
 /// Runs `argv` once, its output discarded, and times it; a run that fails is an error.

@@ -9,6 +9,12 @@
 //!   through as a stream: opened without creating or truncating, never renamed over or removed;
 //! - a symbolic link is written through to its target when that is a regular file the user can
 //!   write; the link itself is left alone;
+//! - in a directory others can write (sticky, like `/tmp`, or group- or other-writable), no link
+//!   and no existing file is followed or written unless it is root's or the user's
+//!   ([`trust`]: what `fs.protected_symlinks` and `fs.protected_regular` refuse, whatever
+//!   the sysctls say), and streams there are opened with `O_NOFOLLOW`;
+//! - files onefix creates are readable by their owner only (0600, as perf writes `perf.data`);
+//!   a file replaced keeps its own permissions;
 //! - `-` is standard output, for the text and JSON outputs.
 //!
 //! Every destination is checked (and its temporary file made) before the target starts, so an
@@ -26,6 +32,7 @@ use std::sync::atomic::AtomicUsize;
 mod recording;
 mod stream;
 mod temp;
+pub mod trust;
 
 pub use recording::{ReadAt, RecordingFile};
 pub use stream::StreamWriter;
@@ -92,6 +99,7 @@ pub fn check(path: &Path, what: &'static str, stdout_ok: bool) -> Result<Output,
         }
         return Ok(Output { what, shown: path.into(), dest: Dest::Stdout, temp: None });
     }
+    trust::check_path(path).map_err(refuse)?;
     let dest = match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_symlink() => {
             // What the link leads to, followed as open(2) would: /dev/stdout may lead to a

@@ -35,8 +35,12 @@ impl StreamWriter {
             let mut waited = false;
             loop {
                 // No O_CREAT, no O_TRUNC: the file is written as it is.
-                let r =
-                    std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(path);
+                // A link in a directory others can write is not followed (see `trust`).
+                let nofollow = if super::trust::in_shared_dir(path) { libc::O_NOFOLLOW } else { 0 };
+                let r = std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | nofollow)
+                    .open(path);
                 match r {
                     Ok(f) => break StreamOut::File(f),
                     // A FIFO with no reader yet: wait for one, as a blocking open would.

@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use super::parent_of;
 
 /// A file onefix creates in a destination's directory and renames into place when complete.
+/// Created 0600: a report of a root-owned service may quote its root-only sources. A file it
+/// replaces keeps its own permissions.
 /// Unnamed (`O_TMPFILE`) where the file system allows it, so that even a killed onefix leaves
 /// nothing behind; else named, created exclusively and removed on drop only while it is still
 /// the inode created here.
@@ -31,7 +33,7 @@ impl TempFile {
             .write(true)
             .read(true)
             .custom_flags(libc::O_TMPFILE)
-            .mode(0o666)
+            .mode(0o600)
             .open(&dir)
         {
             Ok(f) => (f, None),
@@ -107,7 +109,7 @@ impl Drop for TempFile {
 pub fn create_new_named(dir: &Path, name: impl Fn(u32) -> String) -> io::Result<(File, Option<PathBuf>)> {
     for n in 0..1000 {
         let path = dir.join(name(n));
-        match std::fs::OpenOptions::new().write(true).read(true).create_new(true).mode(0o666).open(&path) {
+        match std::fs::OpenOptions::new().write(true).read(true).create_new(true).mode(0o600).open(&path) {
             Ok(f) => return Ok((f, Some(path))),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
