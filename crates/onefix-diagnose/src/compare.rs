@@ -121,10 +121,10 @@ pub struct LineRun {
 /// A per-window test needs at least this many windows of a run.
 const MIN_WINDOWS: f64 = 3.0;
 
-/// How much one run of a program can differ from the next with nothing changed, on the
-/// machines onefix is measured on: the spread of repeated runs in `bench/compare/run`
-/// (BENCHMARKS.md, "Repeated runs"), rounded up. With one run each, a smaller difference is
-/// not called a difference.
+/// How much one run of a program can differ from the next with nothing changed: repeated runs
+/// in `bench/compare/run` spread by up to 9% (sd over mean) on a quiet machine and 13-17% on a
+/// busy one (BENCHMARKS.md, "Repeated runs"). With one run each, a smaller difference is not
+/// called a difference, and the output says to time several (`compare --runs`).
 pub const ONE_RUN_NOISE: f64 = 0.10;
 
 /// One side's timed run(s): its wall and CPU seconds.
