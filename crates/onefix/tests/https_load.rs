@@ -36,7 +36,9 @@ fn a_tls_server_is_profiled_under_an_https_load_and_its_loads_compared() {
         );
         let mut cmd = onefix();
         cmd.current_dir(&scratch.0)
-            .args(["record", "--quiet", "-o", &scratch.arg(&format!("{variant}.onefix"))])
+            // 120 requests of a few ms each are near the evidence needed to name a line at the default
+            // 100 Hz on a fast machine: sampled at 250 Hz.
+            .args(["record", "--quiet", "--rate", "250", "-o", &scratch.arg(&format!("{variant}.onefix"))])
             .args(["--json", &scratch.arg(&format!("{variant}.json"))])
             .args(["--load", &load, "--", "python3"])
             .arg(servers().join("catalog_https.py"))
