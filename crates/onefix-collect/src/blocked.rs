@@ -14,7 +14,7 @@ pub struct Syscall {
 }
 
 /// x86_64 system call numbers read here (the profiler's unwinding is x86_64 only).
-mod nr {
+pub(crate) mod nr {
     pub const READ: u64 = 0;
     pub const WRITE: u64 = 1;
     pub const POLL: u64 = 7;

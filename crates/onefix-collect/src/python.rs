@@ -8,6 +8,8 @@ use py_spy::config::LockingStrategy;
 use py_spy::{Config, PythonSpy, StackTrace};
 
 use crate::asyncio::{monotonic_us, AsyncioTasks, ThreadSample};
+use crate::blocked::Syscall;
+use crate::sockets::{Sockets, WaitFor};
 use crate::{process, CollectError, Sampler, Tick};
 
 #[derive(Clone, Debug)]
@@ -50,6 +52,9 @@ pub struct PythonSampler {
     /// paused reads that took longer than [`PAUSE_LIMIT`].
     skipped_paused: u64,
     long_pauses: u64,
+    /// Paused reads held back so that the target runs [`RUN_PER_PAUSE`] times as long as it was
+    /// paused (`native` at a high rate).
+    paused_held_for_duty: u64,
     started: Instant,
 }
 
@@ -65,11 +70,21 @@ struct Spy {
     exec_since: Option<(Instant, String)>,
     /// After a paused read that took too long, no paused read of this process until then.
     paused_reads_after: Option<Instant>,
+    /// After any paused read, none before this: the target is given
+    /// [`RUN_PER_PAUSE`] times the last pause's length to run, so that back-to-back pauses at a
+    /// high rate do not join into one long stall.
+    next_paused_read: Option<Instant>,
     /// After a paused read that was slow, look for threads in uninterruptible sleep before each
     /// read until then (reading every thread's state costs too much to do always).
     watch_sleepers_until: Option<Instant>,
     /// Where the next tick's futex reads start among the threads that may queue for the GIL.
     futex_turn: usize,
+    /// What this process's sockets are (listening, accepted), to tell a worker waiting for its
+    /// clients; and, by thread, the last wait classified so, to skip classifying it again.
+    sockets: Sockets,
+    client_waits: HashMap<u64, (Syscall, Option<WaitFor>)>,
+    /// Where the next tick's client-wait reads start among the waiting threads.
+    client_turn: usize,
     /// Threads whose latest kept stack had Python frames: an empty stack from one of them is
     /// a read that raced the interpreter (a frame being pushed or popped), not a thread that
     /// left Python, and is read again.
@@ -137,6 +152,7 @@ impl PythonSampler {
             exec_notes: Vec::new(),
             skipped_paused: 0,
             long_pauses: 0,
+            paused_held_for_duty: 0,
             started: Instant::now(),
         };
         let mut last_error: Option<anyhow::Error>;
@@ -165,9 +181,9 @@ impl PythonSampler {
             }
             // Once exec is long done, a process that is no interpreter will not become one
             // (launchers such as pyenv's shims are shell scripts that exec Python later).
-            if !sampler.opts.subprocesses
-                && started.elapsed() > Duration::from_secs(3)
+            if started.elapsed() > Duration::from_secs(3)
                 && !process::looks_like_python(pid)
+                && !(sampler.opts.subprocesses && process::descendants(pid).into_iter().any(process::looks_like_python))
             {
                 return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
             }
@@ -222,6 +238,14 @@ impl PythonSampler {
                 if self.long_pauses == 1 { "" } else { "s" },
                 PAUSE_LIMIT.as_millis(),
                 PAUSE_BACKOFF.as_secs()
+            ));
+        }
+        if self.paused_held_for_duty > 0 {
+            notes.push(format!(
+                "{} paused read{} held back so that the target ran at least {}% of the time (each paused read stops every thread; at this rate they would have followed each other at once)",
+                self.paused_held_for_duty,
+                if self.paused_held_for_duty == 1 { " was" } else { "s were" },
+                100 * RUN_PER_PAUSE / (RUN_PER_PAUSE + 1)
             ));
         }
         if self.skipped_paused > 0 {
@@ -310,6 +334,42 @@ impl PythonSampler {
 }
 
 impl Spy {
+    /// The threads of `traces` (by index) that are blocked waiting only for their clients, and
+    /// for what. Asked of waiting threads without the GIL, at most [`MAX_CLIENT_READS`] per
+    /// tick taken in turn; a thread whose system call is the one last classified keeps its verdict.
+    fn client_waits(&mut self, traces: &[StackTrace]) -> Vec<(usize, WaitFor)> {
+        let waiting: Vec<usize> = (0..traces.len())
+            .filter(|&i| !traces[i].active && !traces[i].owns_gil && !traces[i].frames.is_empty())
+            .collect();
+        if waiting.is_empty() {
+            return Vec::new();
+        }
+        let from = self.client_turn % waiting.len();
+        self.client_turn = self.client_turn.wrapping_add(MAX_CLIENT_READS);
+        let mut out = Vec::new();
+        for &i in waiting.iter().cycle().skip(from).take(MAX_CLIENT_READS.min(waiting.len())) {
+            let tid = thread_key(&traces[i]);
+            let Some(call) = crate::blocked::syscall(self.pid, tid) else { continue };
+            let verdict = match self.client_waits.get(&tid) {
+                Some(&(last, verdict)) if last == call => verdict,
+                _ => {
+                    let verdict = self.sockets.client_wait(self.pid, call);
+                    self.client_waits.insert(tid, (call, verdict));
+                    verdict
+                }
+            };
+            if let Some(wait) = verdict {
+                out.push((i, wait));
+            }
+        }
+        if self.client_waits.len() > 4 * traces.len().max(64) {
+            // Threads that ended leave no entry behind.
+            let live: std::collections::HashSet<u64> = traces.iter().map(thread_key).collect();
+            self.client_waits.retain(|tid, _| live.contains(tid));
+        }
+        out
+    }
+
     /// Whether waiting thread `tid` has not run since this process's previous tick: its run
     /// count read now and then is the same. `None` when it was not read then (it was running,
     /// or is new) or cannot be read now.
@@ -327,8 +387,12 @@ impl Spy {
             image: process::image(pid),
             exec_since: None,
             paused_reads_after: None,
+            next_paused_read: None,
             watch_sleepers_until: None,
             futex_turn: 0,
+            sockets: Sockets::default(),
+            client_waits: HashMap::new(),
+            client_turn: 0,
             had_frames: Default::default(),
             ticks: 0,
             runs: Default::default(),
@@ -344,10 +408,20 @@ const PAUSE_BACKOFF: Duration = Duration::from_secs(1);
 /// each read of that process, for [`PAUSE_BACKOFF`]: reading every thread's state at every tick
 /// would cost more than the reads.
 const SLOW_PAUSE: Duration = Duration::from_millis(10);
+/// Between two paused reads of a process, it runs at least this many times as long as the last
+/// pause lasted: at 1000 Hz a paused read of 1-5 ms would otherwise follow the previous one at
+/// once, and the target would be stopped most of the time (a 95 ms stall was seen so). With 4,
+/// the target is stopped at most a fifth of the time, and no stall is longer than one read.
+const RUN_PER_PAUSE: u32 = 4;
 
 /// Threads asked per tick whether they wait in a futex (a GIL queue or a lock): each read is a
 /// few microseconds of onefix's time, so hundreds of threads are asked in turns.
 const MAX_FUTEX_READS: usize = 32;
+
+/// Waiting threads asked per tick whether they wait only for their clients (see
+/// [`crate::sockets`]): one read of the thread's system call each, and of its descriptors when
+/// that call changed. A pre-fork server's workers are a process each, so this is per process.
+const MAX_CLIENT_READS: usize = 32;
 
 /// Threads whose run count is read per tick (to tell one long wait from several short ones back
 /// to back at the same line): past this many threads with Python frames, none are, so that the
@@ -389,6 +463,7 @@ fn add_trace(
     time_us: u64,
     futex: bool,
     same_wait: Option<bool>,
+    waits_for: Option<WaitFor>,
     asyncio: Option<&mut AsyncioTasks>,
 ) {
     let tid = trace.os_thread_id.unwrap_or(trace.thread_id);
@@ -411,6 +486,17 @@ fn add_trace(
     // py-spy lists frames innermost first; the prefix tree is built from the root.
     for f in trace.frames.iter().rev() {
         let frame = profile.intern_frame(convert_frame(f));
+        stack = Some(profile.intern_stack_node(stack, frame));
+    }
+    // What the kernel says the thread waits for, as the leaf its Python frames cannot show (a
+    // call into C has no frame): the diagnosis leaves these waits out as idle.
+    if let Some(wait) = waits_for {
+        let name = match wait {
+            WaitFor::Connection => onefix_model::CONNECTION_WAIT_FRAME,
+            WaitFor::Request => onefix_model::INBOUND_WAIT_FRAME,
+            WaitFor::WakeUp => onefix_model::WAKE_UP_WAIT_FRAME,
+        };
+        let frame = profile.intern_frame(Frame::native(name, "[kernel]"));
         stack = Some(profile.intern_stack_node(stack, frame));
     }
     profile.push_sample(Sample {
@@ -458,6 +544,10 @@ impl Sampler for PythonSampler {
                 // slow, skip a read while such a thread exists rather than stall.
                 let now = Instant::now();
                 let watch_sleepers = spy.watch_sleepers_until.is_some_and(|t| now < t);
+                if spy.next_paused_read.is_some_and(|t| now < t) {
+                    self.paused_held_for_duty += 1;
+                    continue;
+                }
                 if spy.paused_reads_after.is_some_and(|t| now < t)
                     || (watch_sleepers && process::has_uninterruptible_thread(spy.pid))
                 {
@@ -491,6 +581,7 @@ impl Sampler for PythonSampler {
             }
             if self.opts.native {
                 let took = read_started.elapsed();
+                spy.next_paused_read = Some(Instant::now() + took * RUN_PER_PAUSE);
                 if took > SLOW_PAUSE {
                     spy.watch_sleepers_until = Some(Instant::now() + PAUSE_BACKOFF);
                 }
@@ -534,6 +625,7 @@ impl Sampler for PythonSampler {
                     // diagnosis finds inside a waiting call may be read as active (woken, not yet
                     // back in Python), and its next sample must still know whether it ran.
                     let read_runs = traces.iter().filter(|t| !t.frames.is_empty()).count() <= MAX_RUNS_READS;
+                    let client_waits = spy.client_waits(&traces);
                     for (index, trace) in traces.iter().enumerate() {
                         let futex = asked.contains(&index) && process::in_futex_wait(spy.pid, thread_key(trace));
                         let same_wait =
@@ -544,7 +636,8 @@ impl Sampler for PythonSampler {
                             spy.had_frames.insert(thread_key(trace));
                         }
                         self.saw_event_loop |= loop_waiting(trace);
-                        add_trace(profile, trace, time_us, futex, same_wait, self.asyncio.as_deref_mut());
+                        let waits_for = client_waits.iter().find(|w| w.0 == index).map(|w| w.1);
+                        add_trace(profile, trace, time_us, futex, same_wait, waits_for, self.asyncio.as_deref_mut());
                     }
                     added += traces.len();
                 }

@@ -26,6 +26,7 @@ const RULES: &[(&str, &[&str])] = &[
     ("c-call", &["call"]),
     ("self-time", &[]),
     ("hot-call", &["callee"]),
+    ("query-once-per-pass", &["callee"]),
     ("call-in-loop-condition", &["why"]),
     ("concurrent-waits", &["mean", "window_ms", "peak"]),
     ("serial-waits", &["why", "mean", "window_ms", "peak"]),

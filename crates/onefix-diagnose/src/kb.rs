@@ -101,6 +101,12 @@ pub struct EntrySpec {
     /// per pass also opens a new connection per request): reported as one finding.
     #[serde(default)]
     pub also_causes: Vec<String>,
+    /// Frames that make the entry's operation once per item of a collection (an ORM's lazy
+    /// load of a related object): evidence that the cost repeats within one pass. An entry that
+    /// lists them is its kind only with that evidence, or a loop around the line; one query per
+    /// request is not an N+1.
+    #[serde(default)]
+    pub per_item: Vec<String>,
 }
 
 impl EntrySpec {
@@ -119,6 +125,7 @@ pub struct Entry {
     native: bool,
     frames: Option<RegexSet>,
     calls: Option<RegexSet>,
+    per_item: Option<RegexSet>,
 }
 
 impl Entry {
@@ -128,6 +135,12 @@ impl Entry {
             FrameKind::Native | FrameKind::Kernel => self.native,
         };
         lang_ok && self.frames.as_ref().is_some_and(|set| set.is_match(qualified))
+    }
+
+    /// `None` when the entry needs no evidence of repetition; else whether frame `qualified`
+    /// is one that makes the operation once per item.
+    pub fn repeats_per_item(&self, qualified: &str) -> Option<bool> {
+        self.per_item.as_ref().map(|set| set.is_match(qualified))
     }
 
     pub fn matches_call(&self, name: &str) -> bool {
@@ -192,7 +205,8 @@ impl KnowledgeBase {
                 }
                 let frames = glob_set(&spec.frames).map_err(|e| invalid(format!("entry {}: {e}", spec.id)))?;
                 let calls = glob_set(&spec.calls).map_err(|e| invalid(format!("entry {}: {e}", spec.id)))?;
-                entries.push(Entry { spec, python, native, frames, calls });
+                let per_item = glob_set(&spec.per_item).map_err(|e| invalid(format!("entry {}: {e}", spec.id)))?;
+                entries.push(Entry { spec, python, native, frames, calls, per_item });
             }
         }
         for e in &entries {

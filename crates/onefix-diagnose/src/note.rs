@@ -12,6 +12,12 @@ pub enum Note {
     Idle {
         percent: f64,
     },
+    /// Of the idle time, what the kernel showed waiting for work from outside: servers' workers
+    /// waiting for a connection or a client's next request, and supervisors waiting to be woken.
+    WaitingForClients {
+        clients_percent: f64,
+        supervisors_percent: f64,
+    },
     /// A program idle nearly all the time, and where its threads wait.
     StalledAt {
         percent: f64,
@@ -112,6 +118,24 @@ impl fmt::Display for Note {
                 f,
                 "threads idle for want of work (waiting on a queue, for connections, for other threads, or sleeping beside threads that work): {percent:.0}% of the sampled time, not counted as cost"
             ),
+            Note::WaitingForClients { clients_percent, supervisors_percent } => {
+                let mut parts = Vec::new();
+                if *clients_percent >= 0.5 {
+                    parts.push(format!(
+                        "{clients_percent:.0}% was workers waiting for a connection or a client's next request"
+                    ));
+                }
+                if *supervisors_percent >= 0.5 {
+                    parts.push(format!(
+                        "{supervisors_percent:.0}% a supervisor (a pre-fork server's master, a pool's manager) waiting to be woken"
+                    ));
+                }
+                write!(
+                    f,
+                    "of the sampled time, {}: left out, as the kernel showed them blocked on listening sockets, accepted connections or pipes only",
+                    parts.join(", and ")
+                )
+            }
             Note::StalledAt { percent, places } => write!(
                 f,
                 "the threads waited for work or for each other {percent:.0}% of the time, mostly at {places}: if the program should have been busy, that is where it stalls"
@@ -149,7 +173,7 @@ impl fmt::Display for Note {
             ),
             Note::ChildProcesses { percent } => write!(
                 f,
-                "the program waited for its worker processes (a process pool) {percent:.0}% of the time, and this recording did not sample them: record with --subprocesses to see what they do"
+                "the program waited for its worker processes (a process pool) {percent:.0}% of the time, and this recording did not sample them (recorded with --no-subprocesses, or they could not be read): record without --no-subprocesses to see what they do"
             ),
             Note::StaleReads { percent } => write!(
                 f,

@@ -17,6 +17,6 @@ pub use memory::{MemoryInfo, MemoryView, RssPoint};
 pub use profile::{
     native_frame_can_start_stack, python_frame_can_start_stack, Frame, FrameId, FrameKind, Language, Meta, Mode,
     Profile, Sample, SamplingStats, StackId, Target, TargetExit, ThreadId, ThreadInfo, ThreadState, WeightUnit,
-    GOROUTINE_TID_BASE, INBOUND_WAIT_FRAME, MERGE_SPAN_US, TASK_TID_BASE,
+    CONNECTION_WAIT_FRAME, GOROUTINE_TID_BASE, INBOUND_WAIT_FRAME, MERGE_SPAN_US, TASK_TID_BASE, WAKE_UP_WAIT_FRAME,
 };
 pub use tree::{CallTree, CallTreeNode, NodeId};

@@ -84,6 +84,15 @@ impl Frame {
 /// accepted: a server waiting for its client's next request (idle in the knowledge base).
 pub const INBOUND_WAIT_FRAME: &str = "[waiting for the next request on an accepted connection]";
 
+/// The leaf a sampler adds to a thread blocked only on listening sockets (in `accept`, or in a
+/// `select`, `poll` or epoll wait over them): a server's worker waiting for a connection.
+pub const CONNECTION_WAIT_FRAME: &str = "[waiting for a connection on a listening socket]";
+
+/// The leaf a sampler adds to a thread in a `select`, `poll` or epoll wait over no socket, only
+/// pipes and event or signal descriptors: waiting to be woken by another process or a signal.
+/// Idle where no user line waits (a supervisor); a user line's own wait stays its cost.
+pub const WAKE_UP_WAIT_FRAME: &str = "[waiting for a wake-up: pipes or signals, no socket]";
+
 /// Whether a native frame is where a thread's stack begins (the program's entry, a thread's
 /// start routine, a goroutine's base). A native stack whose outermost frame is none of these was
 /// cut short by the unwinder: a frame larger than the stack bytes copied, or code without

@@ -32,7 +32,6 @@ mod module;
 mod perf;
 mod record;
 mod sampler;
-mod sockets;
 mod space;
 mod spawn;
 mod symbolize;

@@ -145,8 +145,12 @@ pub struct RecordArgs {
     /// Keep only the thread holding the GIL.
     #[arg(long)]
     pub gil: bool,
-    /// Also sample child Python processes (workers, pools).
+    /// Sample only the process started or attached, not its children: by default child Python
+    /// processes (pre-fork workers, pools, a shell's children) are sampled too.
     #[arg(long)]
+    pub no_subprocesses: bool,
+    /// Sample child Python processes too (the default; kept for py-spy's users).
+    #[arg(long, hide = true, conflicts_with = "no_subprocesses")]
     pub subprocesses: bool,
     /// Native programs: bytes of each thread's stack copied per sample, to unwind from (up to
     /// 65528). A function with a larger frame cuts the stack short there.

@@ -159,7 +159,7 @@ pub(crate) struct TargetSpec {
     pub native: bool,
     /// Python: only the thread holding the GIL.
     pub gil: bool,
-    /// Python: sample child processes too.
+    /// Python: sample child processes too (the default).
     pub subprocesses: bool,
     /// Native: bytes of stack copied per sample.
     pub stack_bytes: u32,
@@ -174,7 +174,7 @@ impl TargetSpec {
             rate: args.rate,
             native: args.native,
             gil: args.gil,
-            subprocesses: args.subprocesses,
+            subprocesses: !args.no_subprocesses,
             stack_bytes: args.stack_bytes,
         }
     }
@@ -188,7 +188,7 @@ impl TargetSpec {
             rate: args.rate,
             native: false,
             gil: false,
-            subprocesses: false,
+            subprocesses: true,
             stack_bytes: 32 * 1024,
         }
     }
@@ -203,8 +203,11 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
             }
             onefix_native::is_native_pid(pid)
         }
-        None => onefix_native::is_native_command(&args.command[0]),
+        // A shell or a wrapper (`sh -c 'cd app && python3 main.py'`, `unshare ... python3`)
+        // is native itself, but what it runs is Python: the Python children are sampled.
+        None => onefix_native::is_native_command(&args.command[0]) && launched_python(&args.command).is_none(),
     };
+    let launcher = args.pid.is_none() && launched_python(&args.command).is_some();
     if native {
         let opts = NativeOptions {
             rate_hz: args.rate,
@@ -234,6 +237,12 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
 
     if args.pid.is_none() {
         refuse_unsupported_python(&args.command)?;
+    }
+    if launcher && !args.subprocesses {
+        anyhow::bail!(
+            "{} runs Python as its child, which --no-subprocesses leaves out: nothing would be sampled; drop --no-subprocesses, or run the Python command directly",
+            args.command[0]
+        );
     }
     // In wall mode, a program we start gets the asyncio bootstrap (see onefix_collect::asyncio).
     let asyncio_channel = match (args.pid, mode) {
@@ -301,7 +310,11 @@ const SUPPORTED_PYTHON: ((u32, u32), (u32, u32)) = ((3, 8), (3, 13));
 /// is asked of the interpreter itself, with its site and environment ignored, so that nothing
 /// of the program or of onefix runs.
 fn refuse_unsupported_python(command: &[String]) -> Result<()> {
-    let Some(interpreter) = command.first().and_then(|program| python_interpreter(program)) else { return Ok(()) };
+    let Some(interpreter) =
+        command.first().and_then(|program| python_interpreter(program)).or_else(|| launched_python(command))
+    else {
+        return Ok(());
+    };
     let Some((major, minor)) = python_version(&interpreter) else { return Ok(()) };
     let ((old_major, old_minor), (new_major, new_minor)) = SUPPORTED_PYTHON;
     if (major, minor) < (old_major, old_minor) || (major, minor) > (new_major, new_minor) {
@@ -334,6 +347,65 @@ fn python_interpreter(program: &str) -> Option<PathBuf> {
         first.display().to_string()
     };
     resolve_command(&interpreter).filter(|p| is_python(p))
+}
+
+/// Programs that run another program rather than do the work: shells (which may stay in place
+/// as the parent, `sh -c 'cd x && python3 app.py'`) and wrappers that exec their argument.
+const LAUNCHERS: &[&str] = &[
+    "sh",
+    "bash",
+    "dash",
+    "zsh",
+    "ksh",
+    "ash",
+    "busybox",
+    "env",
+    "unshare",
+    "nsenter",
+    "nice",
+    "nohup",
+    "timeout",
+    "setsid",
+    "stdbuf",
+    "taskset",
+    "chrt",
+    "ionice",
+    "runuser",
+    "sudo",
+    "su",
+    "setpriv",
+    "time",
+    "tini",
+    "dumb-init",
+    "xvfb-run",
+    "prlimit",
+    "flock",
+    "chroot",
+];
+
+/// The Python interpreter a launcher command runs, when it names one: a word of its arguments
+/// (of a shell's `-c` script, split as the shell would) that is a Python interpreter or a script
+/// whose `#!` line names one. `None` for any other command.
+fn launched_python(command: &[String]) -> Option<PathBuf> {
+    let program = command.first()?;
+    let base = Path::new(program).file_name()?.to_string_lossy().into_owned();
+    if !LAUNCHERS.contains(&base.as_str()) {
+        return None;
+    }
+    let mut words: Vec<String> = Vec::new();
+    let mut args = command[1..].iter();
+    while let Some(a) = args.next() {
+        if a == "-c" || (a.starts_with('-') && !a.starts_with("--") && a.ends_with('c') && base.ends_with("sh")) {
+            if let Some(script) = args.next() {
+                words.extend(
+                    shlex::split(script).unwrap_or_else(|| script.split_whitespace().map(str::to_owned).collect()),
+                );
+            }
+        } else {
+            words.push(a.clone());
+        }
+    }
+    words.iter().filter(|w| !w.starts_with('-') && !w.contains('=')).take(64).find_map(|w| python_interpreter(w))
 }
 
 /// `program` as execvp would find it: a path as given, else the first match on `PATH`.

@@ -238,8 +238,16 @@ impl Engine<'_> {
             (Some(_), Some(p)) => self.source.search_from_advancing_position(&p, frame.line),
             _ => None,
         };
+        // The entry that named the kind, when it needs evidence that its cost repeats per item.
+        let per_item = self.kb.entries.iter().find(|e| e.spec.id == rule).and_then(|e| {
+            e.repeats_per_item("")?;
+            Some(frame_incl.iter().any(|(&f, &w)| {
+                w * 4 >= weight && e.repeats_per_item(&self.frame(f).qualified.clone()).unwrap_or(false)
+            }))
+        });
         let facts = rules::LineFacts {
             frame: &frame,
+            per_item,
             share: line_share,
             in_condition,
             in_flight: if kind == Kind::SerialIo { self.in_flight(l) } else { None },

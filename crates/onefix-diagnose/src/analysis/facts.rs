@@ -43,19 +43,22 @@ impl Engine<'_> {
         };
         let innermost_python = leaf_first.iter().copied().find(|&f| self.profile.frame(f).kind == FrameKind::Python);
         // The parking entry, and where in the stack (leaf first) the frame that matched it is.
+        // A leaf a sampler added to say what the kernel shows the thread waits for (its clients:
+        // a connection, or a client's next request) decides alone, under Python frames too:
+        // it is the thread's state, not a guess from names.
+        let client_wait = leaf_first
+            .first()
+            .filter(|&&f| {
+                let name = &self.profile.frame(f).function;
+                name == onefix_model::INBOUND_WAIT_FRAME || name == onefix_model::CONNECTION_WAIT_FRAME
+            })
+            .and_then(|&f| self.frame(f).idle);
         let mut idle = innermost_python.and_then(|f| {
             let at = leaf_first.iter().position(|&x| x == f)?;
             self.frame(f).idle.map(|e| (e, at))
         });
         // Native stacks: a user line that calls a wait for other threads (a join, a wait group,
         // a channel receive) is parked; the entry is matched on the function the line calls.
-        // A leaf the sampler added to say what the thread waits for (a client's next request).
-        if idle.is_none() && innermost_python.is_none() {
-            idle = leaf_first
-                .first()
-                .filter(|&&f| self.profile.frame(f).function == onefix_model::INBOUND_WAIT_FRAME)
-                .and_then(|&f| self.frame(f).idle.map(|e| (e, 0)));
-        }
         if idle.is_none() && innermost_python.is_none() {
             idle = beneath.last().and_then(|&called| {
                 let at = leaf_first.iter().position(|&x| x == called)?;
@@ -72,6 +75,7 @@ impl Engine<'_> {
         // cost under the parking frame (a kept-alive server connection reading its next
         // request) does not count: the thread is parked in it.
         let idle = match idle {
+            _ if client_wait.is_some() => client_wait,
             // Native stacks: the Go runtime parks goroutines under library costs that wait for
             // nothing the program asked for (a kept-alive connection's read loop under
             // net.(*conn).Read); a native parking entry decides alone.
@@ -214,6 +218,25 @@ impl Engine<'_> {
     pub(super) fn on_timer(&mut self, stack: Option<StackId>) -> bool {
         let Some(i) = self.stack(stack) else { return false };
         self.stack_facts[i].cost.iter().any(|&e| self.kb.entries[e as usize].spec.timer)
+    }
+
+    /// Of the idle samples, the weight the samplers read waiting for clients (a connection, a
+    /// client's next request) and for a supervisor's wake-up, by the leaf they added.
+    pub(super) fn waiting_for_outside(&self, idle: &crate::finding::SampleSet) -> (u64, u64) {
+        let (mut clients, mut supervisors) = (0u64, 0u64);
+        for (i, s) in self.profile.samples.iter().enumerate() {
+            if !idle.contains(i) {
+                continue;
+            }
+            let Some(leaf) = self.profile.stack_frames_leaf_first(s.stack).next() else { continue };
+            let name = &self.profile.frame(leaf).function;
+            if name == onefix_model::CONNECTION_WAIT_FRAME || name == onefix_model::INBOUND_WAIT_FRAME {
+                clients += s.weight as u64;
+            } else if name == onefix_model::WAKE_UP_WAIT_FRAME {
+                supervisors += s.weight as u64;
+            }
+        }
+        (clients, supervisors)
     }
 
     /// `Some(busy_time)` when the stack is parked for want of work.

@@ -695,7 +695,18 @@ impl Engine<'_> {
             Mode::Cpu => "CPU time",
         };
         if idle_weight > 0 && idle_weight * 100 >= total_weight {
-            notes.insert(0, Note::Idle { percent: idle_weight as f64 * 100.0 / total_weight as f64 });
+            let (clients, supervisors) = self.waiting_for_outside(&idle_samples);
+            let percent = |w: u64| w as f64 * 100.0 / total_weight as f64;
+            if (clients + supervisors) * 100 >= total_weight {
+                notes.insert(
+                    0,
+                    Note::WaitingForClients {
+                        clients_percent: percent(clients),
+                        supervisors_percent: percent(supervisors),
+                    },
+                );
+            }
+            notes.insert(0, Note::Idle { percent: percent(idle_weight) });
         }
         // A program idle nearly all the time may be stalled on the wait itself (a poll for an
         // answer that comes late): say where its threads wait, without calling it a cost.

@@ -42,12 +42,16 @@ pub(super) struct LineFacts<'a> {
     pub loop_at: Option<(&'a str, &'a str, u32, Option<&'a str>)>,
     /// A search on the line from a position its own loop advances: (call, text, position).
     pub advancing_search: Option<(&'a str, &'a str, &'a str)>,
+    /// For a finding whose entry needs evidence that its cost repeats per item (`per_item`),
+    /// whether a frame making it per item carries a good part of the line's time.
+    pub per_item: Option<bool>,
 }
 
 pub(super) type Rule = fn(&mut Draft, &LineFacts, &Builtins);
 
 /// The rules, in the order they apply: each sees what the ones before it made of the finding.
-pub(super) const RULES: [Rule; 6] = [
+pub(super) const RULES: [Rule; 7] = [
+    once_per_pass,
     call_in_loop_condition,
     search_from_advancing_position,
     waits_in_flight,
@@ -74,6 +78,23 @@ fn search_from_advancing_position(d: &mut Draft, f: &LineFacts, b: &Builtins) {
     let id = "search-from-advancing-position";
     d.kind = b.kind(id);
     d.rule = id.to_owned();
+    d.what = b.what(id, &values);
+    d.why = b.why(id, &values);
+    d.fix = b.fix(id, &values);
+}
+
+/// A kind that is about repetition (an N+1 query) needs its evidence: a loop around the line,
+/// here or in a caller, or a frame that makes the operation per item. Without, the line makes
+/// the call once per pass (a lookup per request), which is a call to make cheaper.
+fn once_per_pass(d: &mut Draft, f: &LineFacts, b: &Builtins) {
+    if d.kind != Kind::NPlusOneQuery || f.per_item != Some(false) || f.loop_at.is_some() {
+        return;
+    }
+    let id = "query-once-per-pass";
+    let callee = d.evidence.first().map(|e| e.frame.clone()).unwrap_or_else(|| "the query".into());
+    let values = [("callee", callee)];
+    d.kind = b.kind(id);
+    d.rule = format!("{}-{id}", d.rule);
     d.what = b.what(id, &values);
     d.why = b.why(id, &values);
     d.fix = b.fix(id, &values);
@@ -194,7 +215,27 @@ mod tests {
             lazy_setup: None,
             loop_at: None,
             advancing_search: None,
+            per_item: None,
         }
+    }
+
+    #[test]
+    fn a_query_is_an_n_plus_one_only_with_a_loop_or_a_load_per_item() {
+        let frame = Frame::python("view", "/app/views.py", 12);
+        let once = LineFacts { per_item: Some(false), ..facts(&frame) };
+        let mut d = draft(Kind::NPlusOneQuery, "query-per-item");
+        run(once_per_pass, &mut d, &once);
+        assert_eq!(d.kind, Kind::HotCall, "one lookup per request");
+        assert!(d.why.contains("not an N+1"), "{}", d.why);
+        let lazy = LineFacts { per_item: Some(true), ..facts(&frame) };
+        let mut d = draft(Kind::NPlusOneQuery, "query-per-item");
+        run(once_per_pass, &mut d, &lazy);
+        assert_eq!(d.kind, Kind::NPlusOneQuery, "a related object loaded per item");
+        let looped =
+            LineFacts { per_item: Some(false), loop_at: Some(("/app/views.py", "view", 10, None)), ..facts(&frame) };
+        let mut d = draft(Kind::NPlusOneQuery, "query-per-item");
+        run(once_per_pass, &mut d, &looped);
+        assert_eq!(d.kind, Kind::NPlusOneQuery, "a query in a loop");
     }
 
     fn run(rule: Rule, d: &mut Draft, f: &LineFacts) {

@@ -165,7 +165,7 @@ pub struct NativeSampler {
     /// The stack of a thread's last context-switch sample, with its DI register.
     switch_stack: HashMap<u32, (u64, Option<StackId>, Option<u64>)>,
     /// Sockets a server accepted, to tell its wait for a client's next request.
-    sockets: crate::sockets::Sockets,
+    sockets: onefix_collect::sockets::Sockets,
     /// Stacks with [`onefix_model::INBOUND_WAIT_FRAME`] added as their leaf, by the stack.
     inbound_waits: HashMap<StackId, Option<StackId>>,
     blocked: HashMap<u32, Blocked>,

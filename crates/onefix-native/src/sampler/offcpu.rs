@@ -18,7 +18,7 @@ impl NativeSampler {
         let reads = profile
             .stack_frames_leaf_first(Some(st))
             .next()
-            .is_some_and(|leaf| crate::sockets::reads_a_descriptor(&profile.frame(leaf).function));
+            .is_some_and(|leaf| onefix_collect::sockets::reads_a_descriptor(&profile.frame(leaf).function));
         // A descriptor is a small number; a pointer or a futex address is not.
         if !reads || fd > i32::MAX as u64 || !self.sockets.is_inbound(pid, fd) {
             return stack;

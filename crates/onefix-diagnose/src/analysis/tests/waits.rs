@@ -380,7 +380,7 @@ fn a_program_waiting_on_a_process_pool_it_was_not_recorded_with_is_told_how_to_s
     };
     let (alone, with_children) = (run(false), run(true));
     std::fs::remove_dir_all(&dir).unwrap();
-    let said = |d: &Diagnosis| d.notes.iter().any(|n| n.contains("record with --subprocesses"));
+    let said = |d: &Diagnosis| d.notes.iter().any(|n| n.contains("record without --no-subprocesses"));
     assert!(said(&alone), "{:?}", alone.notes);
     assert!(alone.notes.iter().any(|n| matches!(n, Note::ChildProcesses { percent } if (percent - 95.0).abs() < 1e-9)));
     assert!(!said(&with_children), "{:?}", with_children.notes);
