@@ -6,7 +6,8 @@
 //!   sample carries the user registers and a copy of the user stack (16 KiB by default), which is
 //!   unwound with framehop over the modules' `.eh_frame` / `.debug_frame` (frame pointers where
 //!   a module has neither), then symbolized with addr2line (DWARF, separate debug files by
-//!   build id, else the symbol table, else `0x…` with the module).
+//!   build id, else the symbol table; a Go binary without DWARF by its own `.gopclntab`; else
+//!   `0x…` with the module).
 //! - Off-CPU: a sample at every context switch (with the stack of the thread that blocks) and
 //!   PERF_RECORD_SWITCH records give each blocked interval with the line that waits. Blocked
 //!   time becomes samples with [`onefix_model::ThreadState`] not active, weighing the blocked
@@ -26,6 +27,7 @@ mod dump;
 mod error;
 #[doc(hidden)]
 pub mod fixture;
+mod gopclntab;
 #[doc(hidden)]
 pub mod goroutines;
 mod module;

@@ -1,15 +1,17 @@
 //! One executable or shared object: what framehop needs to unwind through it (its CFI
 //! sections) and what the symbolizer needs to name its addresses (addr2line over its DWARF,
-//! or over a separate debug file, else its symbol table), loaded once per file.
+//! or over a separate debug file, else its symbol table, else Go's own `.gopclntab`), loaded
+//! once per file.
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags};
 use onefix_model::Frame;
 
+use crate::gopclntab::GoLineTable;
 use crate::symbols::demangle;
 
 pub type Bytes = Arc<[u8]>;
@@ -45,6 +47,9 @@ pub struct ModuleFile {
     own_symbols: Option<Vec<(u64, u64, String)>>,
     /// Loaded on first use; behind a lock so that modules can be shared across threads.
     symbolizer: Mutex<Option<Option<addr2line::Loader>>>,
+    /// Go's function and line table, read on the first address that DWARF and the symbol
+    /// table leave without a line (a Go binary built with `-ldflags='-s -w'`).
+    go_table: OnceLock<Option<GoLineTable>>,
 }
 
 impl ModuleFile {
@@ -65,6 +70,7 @@ impl ModuleFile {
             fde_starts: Vec::new(),
             own_symbols: None,
             symbolizer: Mutex::new(None),
+            go_table: OnceLock::new(),
         }
     }
 
@@ -131,6 +137,7 @@ impl ModuleFile {
             debuglink,
             own_symbols: None,
             symbolizer: Mutex::new(None),
+            go_table: OnceLock::new(),
         })
     }
 
@@ -165,18 +172,34 @@ impl ModuleFile {
         framehop::Module::new(self.name.clone(), avma, bias, SectionInfo { m: self })
     }
 
+    /// Where this module's file can be read, in order of preference. The DWARF (and Go's
+    /// table) is read lazily, at the first address to symbolize. A module opened through a
+    /// live process's root (/proc/PID/root/...) can no longer be opened that way once the
+    /// process has exited (a short-lived target is symbolized after its end): then its own
+    /// path is read instead.
+    fn readable_paths(&self) -> Vec<&Path> {
+        let Some(opened) = self.open_path.as_ref() else { return Vec::new() };
+        [opened.as_path(), Path::new(&self.name)].into_iter().filter(|p| p.is_absolute()).collect()
+    }
+
     fn load_symbolizer(&self) -> Option<addr2line::Loader> {
-        let opened = self.open_path.as_ref()?;
-        // The DWARF is read lazily, at the first address to symbolize. A module opened through
-        // a live process's root (/proc/PID/root/...) can no longer be opened that way once the
-        // process has exited (a short-lived target is symbolized after its end): then its own
-        // path is read instead.
-        let by_name = Path::new(&self.name);
-        let paths = [opened.as_path(), by_name];
-        paths.iter().filter(|p| p.is_absolute()).find_map(|&path| {
+        self.readable_paths().into_iter().find_map(|path| {
             let debug = self.debug_file(path);
             debug.and_then(|d| addr2line::Loader::new(d).ok()).or_else(|| addr2line::Loader::new(path).ok())
         })
+    }
+
+    /// Go's table of this module, when it is a Go binary; read once.
+    fn go_table(&self) -> Option<&GoLineTable> {
+        self.go_table
+            .get_or_init(|| {
+                self.readable_paths().into_iter().find_map(|path| {
+                    let file = std::fs::File::open(path).ok()?;
+                    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+                    GoLineTable::from_elf(Arc::new(map)).ok()
+                })
+            })
+            .as_ref()
     }
 
     /// A separate debug file with DWARF for this module: by build id under
@@ -238,6 +261,25 @@ impl ModuleFile {
                 }
             }
             symbol = loader.find_symbol(svma).map(demangle);
+        }
+        // Without DWARF lines, a Go binary still has its own table: names, files, lines and
+        // inlined calls.
+        if self.own_symbols.is_none() && out.iter().all(|f| f.file.is_empty()) {
+            if let Some(table) = self.go_table() {
+                let go_frames = table.frames(svma);
+                if !go_frames.is_empty() {
+                    return go_frames
+                        .into_iter()
+                        .map(|f| Frame {
+                            kind: onefix_model::FrameKind::Native,
+                            function: f.function,
+                            file: f.file,
+                            line: f.line,
+                            module: self.name.clone(),
+                        })
+                        .collect();
+                }
+            }
         }
         if out.is_empty() {
             let mut f = Frame::native(String::new(), self.name.clone());

@@ -369,6 +369,68 @@ fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
     assert!(shares.windows(2).all(|w| w[0] >= w[1]), "the costlier set-up first: {report:#}");
 }
 
+const STRIPPED_GO: &str = r#"// A checksum loop: one line does the work. Built with -ldflags='-s -w' (no DWARF, no
+// symbol table), only Go's own function and line table names it.
+package main
+
+import (
+	"os"
+	"time"
+)
+
+//go:noinline
+func checksum(data []byte) uint32 {
+	var sum uint32
+	for i, b := range data {
+		sum = sum*31 + uint32(b)*uint32(i|1) // HOT
+	}
+	return sum
+}
+
+func main() {
+	data := make([]byte, 1<<16)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	end := time.Now().Add(2 * time.Second)
+	var total uint32
+	for time.Now().Before(end) {
+		total += checksum(data)
+	}
+	if total == 42 {
+		os.Exit(1)
+	}
+}
+"#;
+
+/// A Go binary built without DWARF and symbols (`-ldflags='-s -w'`) is named from its own
+/// `.gopclntab`: the planted hot line is the first finding, with its file and line.
+#[test]
+fn a_stripped_go_binary_is_named_from_its_own_line_table() {
+    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
+    if !have_go {
+        eprintln!("skipped: needs golang-go to build the Go program");
+        return;
+    }
+    let s = Scratch::new("go-stripped");
+    let src = s.path("main.go");
+    std::fs::write(&src, STRIPPED_GO).unwrap();
+    let exe = s.path("checksum");
+    let built = Command::new("go")
+        .args(["build", "-ldflags=-s -w", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .env("GO111MODULE", "off")
+        .current_dir(&s.0)
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let (report, _) = record_command(&s, &["--mode", "cpu"], &[&exe]);
+    let f = first_finding(&report);
+    assert_eq!(f["line"], line_of(&src, "// HOT"), "{report:#}");
+    assert_eq!(f["file"].as_str().unwrap(), src.to_str().unwrap(), "{report:#}");
+}
+
 const PROCESS_POOL: &str = r#"
 import time
 from multiprocessing import Pool
