@@ -10,6 +10,7 @@ pub mod process;
 mod python;
 mod record;
 mod replay;
+pub mod runtime;
 
 pub use error::CollectError;
 pub use python::{PythonOptions, PythonSampler};
