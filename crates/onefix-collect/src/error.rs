@@ -13,6 +13,9 @@ pub enum CollectError {
     ExitedEarly { status: Option<String> },
     #[error("could not read Python process {pid}: {detail}")]
     Unreadable { pid: u32, detail: String },
+    /// A runtime onefix cannot read (Node.js, the JVM, PyPy...), named in its one sentence.
+    #[error("{0}")]
+    ForeignRuntime(crate::runtime::Found),
 }
 
 /// What to do about a refused read of `pid`, chosen from the actual cause: another user's

@@ -10,6 +10,7 @@ pub mod process;
 mod python;
 mod record;
 mod replay;
+pub mod runtime;
 pub mod sockets;
 
 pub use error::CollectError;

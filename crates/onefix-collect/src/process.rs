@@ -42,6 +42,18 @@ pub fn start_ticks(pid: u32) -> Option<u64> {
     stat_fields(pid)?.get(19)?.parse().ok()
 }
 
+/// How long ago `pid` started, from its start time in /proc/PID/stat and the time since boot
+/// (to the kernel's clock tick, 10 ms on most). `None` when it cannot be read.
+pub fn age(pid: u32) -> Option<std::time::Duration> {
+    let start = start_ticks(pid)?;
+    let uptime = fs::read_to_string("/proc/uptime").ok()?;
+    let since_boot: f64 = uptime.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let ticks = if ticks > 0 { ticks as f64 } else { 100.0 };
+    Some(std::time::Duration::from_secs_f64((since_boot - start as f64 / ticks).max(0.0)))
+}
+
 /// CPU time, in seconds, of the process and its live descendants (user and system, every
 /// thread, those that ended included): what a server spent on the requests sent meanwhile. In
 /// clock ticks (10 ms on most kernels), so over a short stretch only a count of many ticks

@@ -156,6 +156,7 @@ impl PythonSampler {
             started: Instant::now(),
         };
         let mut last_error: Option<anyhow::Error>;
+        let mut tries = 0u32;
         loop {
             match sampler.open(pid) {
                 Ok(spy) => {
@@ -179,15 +180,26 @@ impl PythonSampler {
             if Instant::now() >= deadline {
                 break;
             }
+            // A launcher that exec'd a runtime onefix cannot read (a script that runs node,
+            // pypy): said as soon as it is seen, not after the whole patience.
+            tries += 1;
+            if tries % 25 == 0 {
+                if let Some(found) = crate::runtime::of_process(pid) {
+                    return Err(CollectError::ForeignRuntime(found));
+                }
+            }
             // Once exec is long done, a process that is no interpreter will not become one
             // (launchers such as pyenv's shims are shell scripts that exec Python later).
             if started.elapsed() > Duration::from_secs(3)
                 && !process::looks_like_python(pid)
                 && !(sampler.opts.subprocesses && process::descendants(pid).into_iter().any(process::looks_like_python))
             {
-                return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
+                return Err(not_python(pid));
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(found) = crate::runtime::of_process(pid) {
+            return Err(CollectError::ForeignRuntime(found));
         }
         let detail = last_error.map(|e| format!("{e:#}")).unwrap_or_default();
         if detail.contains("Unsupported version") {
@@ -200,7 +212,7 @@ impl PythonSampler {
             return Err(CollectError::UnsupportedPython { pid, detail });
         }
         if !process::looks_like_python(pid) {
-            return Err(CollectError::NotPython { pid, exe: process::exe(pid) });
+            return Err(not_python(pid));
         }
         Err(CollectError::Unreadable { pid, detail })
     }
@@ -330,6 +342,15 @@ impl PythonSampler {
                 self.spies.push(Spy::new(pid, spy));
             }
         }
+    }
+}
+
+/// Why a process that is not Python cannot be read: the runtime it is, when it is one of
+/// [`crate::runtime::RUNTIMES`], else that it is neither Python nor native.
+fn not_python(pid: u32) -> CollectError {
+    match crate::runtime::of_process(pid) {
+        Some(found) => CollectError::ForeignRuntime(found),
+        None => CollectError::NotPython { pid, exe: process::exe(pid) },
     }
 }
 

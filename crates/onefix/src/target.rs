@@ -201,11 +201,18 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
             if !process::exists(pid) {
                 return Err(CollectError::NoSuchProcess(pid).into());
             }
-            onefix_native::is_native_pid(pid)
+            match kind_of_process(pid) {
+                ProcessKind::Foreign(found) => return Err(CollectError::ForeignRuntime(found).into()),
+                ProcessKind::Python => false,
+                ProcessKind::Native => true,
+            }
         }
-        // A shell or a wrapper (`sh -c 'cd app && python3 main.py'`, `unshare ... python3`)
-        // is native itself, but what it runs is Python: the Python children are sampled.
-        None => onefix_native::is_native_command(&args.command[0]) && launched_python(&args.command).is_none(),
+        None => {
+            refuse_foreign_runtime(&args.command)?;
+            // A shell or a wrapper (`sh -c 'cd app && python3 main.py'`, `unshare ... python3`)
+            // is native itself, but what it runs is Python: the Python children are sampled.
+            onefix_native::is_native_command(&args.command[0]) && launched_python(&args.command).is_none()
+        }
     };
     let launcher = args.pid.is_none() && launched_python(&args.command).is_some();
     if native {
@@ -281,7 +288,10 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
         }
     };
     let opts = PythonOptions { native: args.native, gil_only: args.gil, subprocesses: args.subprocesses };
-    let patience = if child.is_some() { Duration::from_secs(10) } else { Duration::from_secs(2) };
+    // An interpreter just started (by onefix, or a process still starting) may take a while
+    // before its first stack can be read.
+    let starting = child.is_some() || process::age(pid).is_some_and(|age| age < STILL_STARTING);
+    let patience = if starting { Duration::from_secs(10) } else { Duration::from_secs(2) };
     let mut sampler = PythonSampler::attach(pid, opts, patience).map_err(|e| attach_failed(e, child.as_mut()))?;
     if let Some(channel) = asyncio_channel {
         let kb = onefix_diagnose::KnowledgeBase::builtin();
@@ -299,6 +309,55 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
         interval_us: (1e6 / args.rate).round() as u64,
         tick_hz: args.rate,
     })
+}
+
+/// What a running process is to onefix.
+enum ProcessKind {
+    Python,
+    Native,
+    /// A runtime onefix cannot read.
+    Foreign(onefix_collect::runtime::Found),
+}
+
+/// How young a process is taken to be still starting: a launcher (a shell script, `env`, a
+/// shim) that execs the interpreter has not done so yet, and what runs now is not what will.
+const STILL_STARTING: Duration = Duration::from_secs(3);
+
+/// What `pid` is. A process still starting that shows no interpreter yet (a native program,
+/// so far) is looked at again until it does or is old enough to be sure: attached at once, a
+/// service's launcher would be profiled as native for good (issue 35).
+fn kind_of_process(pid: u32) -> ProcessKind {
+    loop {
+        if let Some(found) = onefix_collect::runtime::of_process(pid) {
+            return ProcessKind::Foreign(found);
+        }
+        if !onefix_native::is_native_pid(pid) {
+            return ProcessKind::Python;
+        }
+        let starting = process::age(pid).is_some_and(|age| age < STILL_STARTING);
+        if !starting || !process::is_running(pid) || INTERRUPTED.load(Ordering::Relaxed) {
+            return ProcessKind::Native;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A runtime onefix cannot read (`node app.js`, `java -jar`, a script whose `#!` names pypy)
+/// is refused before it starts, in one sentence naming it and what to use meanwhile: sampled as
+/// a native program, its frames would be its interpreter's and JIT's, and the advice that
+/// follows native findings (symbols, --user-code) would be wrong.
+fn refuse_foreign_runtime(command: &[String]) -> Result<()> {
+    let Some(program) = command.first() else { return Ok(()) };
+    // By the program's own name first (a wrapper script named `node`), then by what its `#!`
+    // line runs.
+    let found = [resolve_command(program), program_run(program)]
+        .into_iter()
+        .flatten()
+        .find_map(|path| onefix_collect::runtime::of_executable(&path));
+    match found {
+        Some(found) => anyhow::bail!("{found}; the program was not started"),
+        None => Ok(()),
+    }
 }
 
 /// The Pythons onefix reads, oldest and newest (as `CollectError::UnsupportedPython` says).
@@ -329,16 +388,21 @@ fn refuse_unsupported_python(command: &[String]) -> Result<()> {
 /// The Python interpreter that would run `program`: the program itself when its name says
 /// Python (`python2.7`, `python3`), or the one its `#!` line names (`/usr/bin/env python2`).
 fn python_interpreter(program: &str) -> Option<PathBuf> {
-    let resolved = resolve_command(program)?;
     let is_python = |path: &Path| path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("python"));
-    if is_python(&resolved) {
-        return Some(resolved);
-    }
+    // By its own name first: a wrapper named python2.7 is that Python, whatever its `#!` says.
+    resolve_command(program).filter(|p| is_python(p)).or_else(|| program_run(program).filter(|p| is_python(p)))
+}
+
+/// The executable that runs when `program` is run: the interpreter its `#!` line names
+/// (through `/usr/bin/env`), else the program itself, as the command names it (a link keeps
+/// its name).
+fn program_run(program: &str) -> Option<PathBuf> {
+    let resolved = resolve_command(program)?;
     // The first line only, bounded: a `#!` line is short.
     let mut head = [0u8; 256];
     let n = std::io::Read::read(&mut std::fs::File::open(&resolved).ok()?, &mut head).ok()?;
-    let line = head[..n].strip_prefix(b"#!")?.split(|&b| b == b'\n').next()?;
-    let line = String::from_utf8_lossy(line);
+    let Some(rest) = head[..n].strip_prefix(b"#!") else { return Some(resolved) };
+    let line = String::from_utf8_lossy(rest.split(|&b| b == b'\n').next()?).into_owned();
     let mut words = line.split_whitespace();
     let first = Path::new(words.next()?);
     let interpreter = if first.file_name().is_some_and(|n| n == "env") {
@@ -346,7 +410,7 @@ fn python_interpreter(program: &str) -> Option<PathBuf> {
     } else {
         first.display().to_string()
     };
-    resolve_command(&interpreter).filter(|p| is_python(p))
+    resolve_command(&interpreter)
 }
 
 /// Programs that run another program rather than do the work: shells (which may stay in place

@@ -231,15 +231,11 @@ impl Selection {
     /// the next scan: between fork and exec it still shows its parent's command and program.
     fn pids(&self, known: impl Fn(u32) -> bool) -> Vec<u32> {
         let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-        let now_ticks = boot_ticks();
         let mut pids: Vec<u32> = entries
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .filter(|&pid| pid != self.own_pid && !known(pid))
-            .filter(|&pid| match (now_ticks, process::start_ticks(pid)) {
-                (Some(now), Some(start)) => now.saturating_sub(start) >= settle_ticks(),
-                _ => false,
-            })
+            .filter(|&pid| process::age(pid).is_some_and(|age| age >= SETTLE))
             .filter(|&pid| self.uid.is_none() || process::real_uid(pid) == self.uid)
             .filter(|&pid| {
                 let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
@@ -266,27 +262,6 @@ impl Selection {
 
 /// How old a process must be to become a target (see [`Selection::pids`]).
 const SETTLE: Duration = Duration::from_millis(200);
-
-fn clock_ticks_per_second() -> u64 {
-    // SAFETY: sysconf only reads a system constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 {
-        hz as u64
-    } else {
-        100
-    }
-}
-
-fn settle_ticks() -> u64 {
-    SETTLE.as_millis() as u64 * clock_ticks_per_second() / 1000
-}
-
-/// Clock ticks since boot, the unit of a process's start time.
-fn boot_ticks() -> Option<u64> {
-    let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
-    let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
-    Some((seconds * clock_ticks_per_second() as f64) as u64)
-}
 
 /// The uid of a user given by name or number; one sentence for a name this machine does not
 /// know.

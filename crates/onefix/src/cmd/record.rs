@@ -206,6 +206,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             }
         }
     }
+    // A native program that turned out to host a runtime onefix cannot read (a .NET app's own
+    // host, a launcher that loads the JVM) is said so first: its recording holds the runtime's
+    // native frames only, and the advice native findings bring (symbols, --user-code) is not
+    // for it.
+    let foreign = (language == Language::Native).then(|| runtime_in_profile(&profile, &exe)).flatten();
+    if let Some(found) = &foreign {
+        crate::messages::say(format_args!("{found}; what follows is its native frames only"));
+    }
     for warning in sampler.warnings() {
         crate::messages::say(warning);
     }
@@ -319,7 +327,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
         kept
     });
     // Said only of a recording that holds samples: with none, the one sentence is that.
-    if language == Language::Native && executable_has_no_symbols(&profile, &exe) {
+    if language == Language::Native && foreign.is_none() && executable_has_no_symbols(&profile, &exe) {
         crate::messages::say(format_args!(
             "{exe} has no symbols or line tables (it was stripped): its own frames show as addresses and no line of it can be named; rebuild it with -g, or keep its debug file, to see lines"
         ));
@@ -328,6 +336,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
     outputs::warn_unmatched_packages(&profile, &args.outputs);
     outputs::settle_running(&mut profile, &args.outputs);
     let mut diagnosis = outputs::run_diagnosis(&profile, mode, &args.outputs);
+    if foreign.is_some() {
+        // Where "your code" is cannot be said of a runtime's native frames: no --user-code advice.
+        diagnosis.notes.retain(|n| {
+            !matches!(n, onefix_diagnose::Note::NoUserCode { .. } | onefix_diagnose::Note::OutsideUser { .. })
+        });
+    }
     diagnosis.notes.extend(asyncio_notes.into_iter().map(onefix_diagnose::Note::Said));
     let rerender = match &saved_at {
         Ok(Some(p))
@@ -464,6 +478,16 @@ fn executable_has_no_symbols(profile: &Profile, exe: &str) -> bool {
     let is_exe = |module: &str| std::path::Path::new(module).file_name().and_then(|n| n.to_str()) == Some(name);
     let mut own = profile.frames().iter().filter(|f| is_exe(&f.module)).peekable();
     own.peek().is_some() && own.all(|f| f.file.is_empty() && f.function.starts_with("0x"))
+}
+
+/// The runtime onefix cannot read that a native recording shows the target to be, from its
+/// executable and the modules its frames are in.
+fn runtime_in_profile(profile: &Profile, exe: &str) -> Option<onefix_collect::runtime::Found> {
+    let mut modules: Vec<&str> =
+        profile.frames().iter().map(|f| f.module.as_str()).filter(|m| m.starts_with('/')).collect();
+    modules.sort_unstable();
+    modules.dedup();
+    onefix_collect::runtime::recognise(std::path::Path::new(exe), modules.into_iter(), std::path::Path::new("/"))
 }
 
 /// Why no sample was taken, in one sentence: a target that ended, or one that never ran.
