@@ -76,7 +76,7 @@ fn planted(program: &Path) -> u64 {
 #[test]
 fn a_process_pool_job_is_followed_into_its_workers_with_no_flag() {
     let scratch = Scratch::new("deployed-pool");
-    let program = repo().join("tests/programs/pool_digest.py");
+    let program = repo().join("tests/jobs/pool_digest.py");
     let (report, _) = record_command(&scratch, &[], &[Path::new("python3"), &program]);
     let top = first_finding(&report);
     assert!(top["file"].as_str().unwrap().ends_with("pool_digest.py"), "{report:#}");
@@ -86,7 +86,7 @@ fn a_process_pool_job_is_followed_into_its_workers_with_no_flag() {
 #[test]
 fn a_shell_that_stays_as_the_parent_is_followed_to_its_python() {
     let scratch = Scratch::new("deployed-shell");
-    let program = repo().join("tests/programs/pool_digest.py");
+    let program = repo().join("tests/jobs/pool_digest.py");
     let dir = program.parent().unwrap().display().to_string();
     // Two commands, so the shell forks Python rather than exec'ing it, and stays the parent.
     let script = format!("cd '{dir}' && python3 pool_digest.py && true");

@@ -458,8 +458,8 @@ fn subprocesses_are_followed_and_their_work_found() {
     assert_eq!(f["line"], line_of(&prog, "# CRUNCH"), "{report:#}");
     // The pool's own housekeeping threads wait for work: idle, not cost.
     assert!(report["idle_share"].as_f64().unwrap() > 0.2, "{report:#}");
-    // Without --subprocesses only the parent, which only waits, is sampled: no compute finding.
-    let (parent_only, _) = record(&s, &[], &prog);
+    // With --no-subprocesses only the parent, which only waits, is sampled: no compute finding.
+    let (parent_only, _) = record(&s, &["--no-subprocesses"], &prog);
     let compute: Vec<&Value> = parent_only["findings"]
         .as_array()
         .unwrap()
