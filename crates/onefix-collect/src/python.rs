@@ -355,10 +355,16 @@ fn not_python(pid: u32) -> CollectError {
 }
 
 impl Spy {
-    /// The threads of `traces` (by index) that are blocked waiting only for their clients, and
-    /// for what. Asked of waiting threads without the GIL, at most [`MAX_CLIENT_READS`] per
-    /// tick taken in turn; a thread whose system call is the one last classified keeps its verdict.
-    fn client_waits(&mut self, traces: &[StackTrace]) -> Vec<(usize, WaitFor)> {
+    /// The system calls of waiting threads of `traces` read this tick (by index), with what
+    /// each waits for when that is only its clients or a wake-up. Asked of waiting threads
+    /// without the GIL, at most [`MAX_CLIENT_READS`] per tick taken in turn; a thread whose
+    /// system call is the one last classified keeps its verdict. The calls read serve the futex
+    /// check of the same tick too, so that no thread's call is read twice.
+    fn client_waits(&mut self, traces: &[StackTrace]) -> Vec<(usize, Syscall, Option<WaitFor>)> {
+        // The system call numbers compared are x86_64's (crate::blocked::nr).
+        if !cfg!(target_arch = "x86_64") {
+            return Vec::new();
+        }
         let waiting: Vec<usize> = (0..traces.len())
             .filter(|&i| !traces[i].active && !traces[i].owns_gil && !traces[i].frames.is_empty())
             .collect();
@@ -379,9 +385,7 @@ impl Spy {
                     verdict
                 }
             };
-            if let Some(wait) = verdict {
-                out.push((i, wait));
-            }
+            out.push((i, call, verdict));
         }
         if self.client_waits.len() > 4 * traces.len().max(64) {
             // Threads that ended leave no entry behind.
@@ -648,7 +652,12 @@ impl Sampler for PythonSampler {
                     let read_runs = traces.iter().filter(|t| !t.frames.is_empty()).count() <= MAX_RUNS_READS;
                     let client_waits = spy.client_waits(&traces);
                     for (index, trace) in traces.iter().enumerate() {
-                        let futex = asked.contains(&index) && process::in_futex_wait(spy.pid, thread_key(trace));
+                        let read = client_waits.iter().find(|w| w.0 == index);
+                        let futex = asked.contains(&index)
+                            && match read {
+                                Some(&(_, call, _)) => call.number == crate::blocked::nr::FUTEX,
+                                None => process::in_futex_wait(spy.pid, thread_key(trace)),
+                            };
                         let same_wait =
                             if read_runs && !trace.frames.is_empty() { spy.same_wait(thread_key(trace)) } else { None };
                         if trace.frames.is_empty() {
@@ -657,7 +666,7 @@ impl Sampler for PythonSampler {
                             spy.had_frames.insert(thread_key(trace));
                         }
                         self.saw_event_loop |= loop_waiting(trace);
-                        let waits_for = client_waits.iter().find(|w| w.0 == index).map(|w| w.1);
+                        let waits_for = read.and_then(|w| w.2);
                         add_trace(profile, trace, time_us, futex, same_wait, waits_for, self.asyncio.as_deref_mut());
                     }
                     added += traces.len();

@@ -137,10 +137,10 @@ impl Entry {
         lang_ok && self.frames.as_ref().is_some_and(|set| set.is_match(qualified))
     }
 
-    /// `None` when the entry needs no evidence of repetition; else whether frame `qualified`
-    /// is one that makes the operation once per item.
-    pub fn repeats_per_item(&self, qualified: &str) -> Option<bool> {
-        self.per_item.as_ref().map(|set| set.is_match(qualified))
+    /// The frames that make the entry's operation once per item (`per_item`), when the entry
+    /// needs evidence of repetition; `None` when it does not.
+    pub fn per_item_frames(&self) -> Option<&RegexSet> {
+        self.per_item.as_ref()
     }
 
     pub fn matches_call(&self, name: &str) -> bool {

@@ -196,6 +196,8 @@ impl TargetSpec {
 
 pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
     let mode = args.mode;
+    // The Python a launcher command runs (read once: it may read the `#!` lines of its words).
+    let launched = if args.pid.is_none() { launched_python(&args.command) } else { None };
     let native = match args.pid {
         Some(pid) => {
             if !process::exists(pid) {
@@ -211,10 +213,10 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
             refuse_foreign_runtime(&args.command)?;
             // A shell or a wrapper (`sh -c 'cd app && python3 main.py'`, `unshare ... python3`)
             // is native itself, but what it runs is Python: the Python children are sampled.
-            onefix_native::is_native_command(&args.command[0]) && launched_python(&args.command).is_none()
+            onefix_native::is_native_command(&args.command[0]) && launched.is_none()
         }
     };
-    let launcher = args.pid.is_none() && launched_python(&args.command).is_some();
+    let launcher = launched.is_some();
     if native {
         let opts = NativeOptions {
             rate_hz: args.rate,
@@ -243,7 +245,7 @@ pub(crate) fn start_target(args: &TargetSpec) -> Result<StartedTarget> {
     }
 
     if args.pid.is_none() {
-        refuse_unsupported_python(&args.command)?;
+        refuse_unsupported_python(&args.command, launched.as_deref())?;
     }
     if launcher && !args.subprocesses {
         anyhow::bail!(
@@ -368,9 +370,9 @@ const SUPPORTED_PYTHON: ((u32, u32), (u32, u32)) = ((3, 8), (3, 13));
 /// writing an error into the program's own stderr) and no sample could be taken. The version
 /// is asked of the interpreter itself, with its site and environment ignored, so that nothing
 /// of the program or of onefix runs.
-fn refuse_unsupported_python(command: &[String]) -> Result<()> {
+fn refuse_unsupported_python(command: &[String], launched: Option<&Path>) -> Result<()> {
     let Some(interpreter) =
-        command.first().and_then(|program| python_interpreter(program)).or_else(|| launched_python(command))
+        command.first().and_then(|program| python_interpreter(program)).or_else(|| launched.map(Path::to_path_buf))
     else {
         return Ok(());
     };

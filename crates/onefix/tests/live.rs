@@ -3,7 +3,7 @@
 //! cases, whose gain bound is compared with the speedup measured in the same test run).
 
 mod common;
-use common::{compile_c, first_finding, line_of, onefix, record, record_command, repo, Scratch};
+use common::{compile_c, first_finding, go_build, have_go, line_of, onefix, record, record_command, repo, Scratch};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -335,8 +335,7 @@ func main() {
 /// at their lines.
 #[test]
 fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
-    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    if !have_go || !Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
+    if !have_go() || !Path::new("/etc/ssl/certs/ca-certificates.crt").exists() {
         eprintln!("skipped: needs golang-go and the system CA bundle");
         return;
     }
@@ -344,15 +343,7 @@ fn go_set_up_repeated_per_pass_is_named_by_the_knowledge_base() {
     let src = s.path("main.go");
     std::fs::write(&src, SETUP_GO).unwrap();
     let exe = s.path("setup");
-    let built = Command::new("go")
-        .args(["build", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .env("GO111MODULE", "off")
-        .current_dir(&s.0)
-        .status()
-        .unwrap();
-    assert!(built.success());
+    go_build(&src, &exe, &[]);
     let (report, _) = record_command(&s, &[], &[&exe]);
     let findings = report["findings"].as_array().unwrap();
     let at = |marker: &str| {
@@ -407,8 +398,7 @@ func main() {
 /// `.gopclntab`: the planted hot line is the first finding, with its file and line.
 #[test]
 fn a_stripped_go_binary_is_named_from_its_own_line_table() {
-    let have_go = Command::new("go").arg("version").output().is_ok_and(|o| o.status.success());
-    if !have_go {
+    if !have_go() {
         eprintln!("skipped: needs golang-go to build the Go program");
         return;
     }
@@ -416,15 +406,7 @@ fn a_stripped_go_binary_is_named_from_its_own_line_table() {
     let src = s.path("main.go");
     std::fs::write(&src, STRIPPED_GO).unwrap();
     let exe = s.path("checksum");
-    let built = Command::new("go")
-        .args(["build", "-ldflags=-s -w", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .env("GO111MODULE", "off")
-        .current_dir(&s.0)
-        .status()
-        .unwrap();
-    assert!(built.success());
+    go_build(&src, &exe, &["-ldflags=-s -w"]);
     let (report, _) = record_command(&s, &["--mode", "cpu"], &[&exe]);
     let f = first_finding(&report);
     assert_eq!(f["line"], line_of(&src, "// HOT"), "{report:#}");

@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// A frame that makes a query per item (`per_item` in the knowledge base) is evidence of N when
+/// at least this share of the line's weight is under it: a lazy load seen once in passing is not.
+const PER_ITEM_EVIDENCE: f64 = 0.25;
+
 impl Engine<'_> {
     /// Says why a line costs: the knowledge-base entry under most of its weight, or what its
     /// thread state and self time show.
@@ -239,11 +243,11 @@ impl Engine<'_> {
             _ => None,
         };
         // The entry that named the kind, when it needs evidence that its cost repeats per item.
-        let per_item = self.kb.entries.iter().find(|e| e.spec.id == rule).and_then(|e| {
-            e.repeats_per_item("")?;
-            Some(frame_incl.iter().any(|(&f, &w)| {
-                w * 4 >= weight && e.repeats_per_item(&self.frame(f).qualified.clone()).unwrap_or(false)
-            }))
+        let per_item_frames = self.kb.entries.iter().find(|e| e.spec.id == rule).and_then(|e| e.per_item_frames());
+        let per_item = per_item_frames.map(|set| {
+            frame_incl.iter().any(|(&f, &w)| {
+                w as f64 >= PER_ITEM_EVIDENCE * weight as f64 && set.is_match(&self.frame(f).qualified.clone())
+            })
         });
         let facts = rules::LineFacts {
             frame: &frame,

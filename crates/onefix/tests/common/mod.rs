@@ -104,3 +104,24 @@ pub fn first_finding(report: &Value) -> &Value {
     assert!(!f.is_null(), "no finding in {report:#}");
     f
 }
+
+/// Whether the Go toolchain is here (./setup installs Debian's golang-go).
+pub fn have_go() -> bool {
+    Command::new("go").arg("version").output().is_ok_and(|o| o.status.success())
+}
+
+/// Builds the one-file Go program `src` into `exe` (GOPATH mode, no module), with `flags`
+/// given to `go build` before `-o`; panics if the build fails.
+pub fn go_build(src: &Path, exe: &Path, flags: &[&str]) {
+    let built = Command::new("go")
+        .arg("build")
+        .args(flags)
+        .arg("-o")
+        .arg(exe)
+        .arg(src)
+        .env("GO111MODULE", "off")
+        .current_dir(src.parent().unwrap())
+        .status()
+        .unwrap();
+    assert!(built.success(), "go build {} failed", src.display());
+}
